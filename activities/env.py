@@ -1,0 +1,242 @@
+"""The environment boundary: init_rollout / call_tool / compute_reward / release_rollout.
+
+`init_rollout` runs on the shared queue; whichever worker takes it builds the rollout's state
+(server processes, workspace) and answers with its own node queue, where every later activity
+of the rollout is scheduled. Per-rollout state lives in the env instance under a state key
+(`rollout_id#incarnation`), so a rollout re-initialised after losing its node never collides
+with a stale copy of itself.
+
+Failure mapping (the contract's rule, applied at the boundary):
+* `ToolError` or any exception raised by a tool -> an error observation the model sees;
+* `RolloutNotFound` -> non-retryable ROLLOUT_NOT_FOUND, `InfraError` -> non-retryable ENV_ERROR:
+  retrying on the same dead state is useless, the workflow recovers on a fresh instance;
+* bad env names/arguments -> non-retryable ENV_CONFIG; reward failures -> REWARD_ERROR.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import Field, ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities import errors
+from envs.contract import (
+    BaseEnv,
+    InfraError,
+    Message,
+    Reward,
+    RolloutNotFound,
+    Task,
+    ToolCall,
+    ToolError,
+    ToolResult,
+    ToolSpec,
+    Wire,
+)
+from envs.registry import UnknownEnvError, env_class
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class InitRolloutInput(Wire):
+    env: str
+    rollout_id: str
+    incarnation: int = 0
+    """0 for the first init, n for the n-th recovery."""
+    task: Task
+
+
+class RolloutHandle(Wire):
+    """Where a rollout lives and what it offers the model."""
+
+    state_key: str
+    node_id: str
+    node_queue: str
+    tools: list[ToolSpec]
+    system_prompt: str
+    replayable: bool = False
+    stateless: bool = False
+
+
+class CallToolInput(Wire):
+    env: str
+    state_key: str
+    call: ToolCall
+    timeout_s: float = Field(default=60.0, gt=0)
+    max_output_chars: int = Field(default=16_000, ge=256)
+
+
+class ComputeRewardInput(Wire):
+    env: str
+    state_key: str
+    messages: list[Message]
+    task: Task
+
+
+class ReleaseInput(Wire):
+    env: str
+    state_key: str
+
+
+def state_key(rollout_id: str, incarnation: int) -> str:
+    """Key of one incarnation of a rollout in an env instance."""
+    return f"{rollout_id}#{incarnation}"
+
+
+def truncate(text: str, limit: int) -> tuple[str, int]:
+    """Cut `text` to about `limit` chars keeping head and tail, with a visible marker."""
+    if len(text) <= limit:
+        return text, 0
+    cut = len(text) - limit
+    head = limit * 3 // 4
+    tail = limit - head
+    return f"{text[:head]}\n[... {cut} characters truncated ...]\n{text[len(text) - tail :]}", cut
+
+
+class EnvActivities:
+    """Env activities of one worker node; holds one instance per env name."""
+
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        node_queue: str,
+        workspace_root: Path,
+        env_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.node_queue = node_queue
+        self.workspace_root = workspace_root
+        self._env_kwargs = dict(env_kwargs or {})
+        self._envs: dict[str, BaseEnv] = {}
+
+    def env(self, name: str) -> BaseEnv:
+        """The worker's instance of env `name`, created on first use."""
+        env = self._envs.get(name)
+        if env is None:
+            try:
+                cls = env_class(name)
+            except UnknownEnvError as exc:
+                raise errors.non_retryable(str(exc), type=errors.ENV_CONFIG) from exc
+            env = cls(workspace_root=self.workspace_root / name, **self._env_kwargs.get(name, {}))
+            self._envs[name] = env
+        return env
+
+    @activity.defn(name="init_rollout")
+    async def init_rollout(self, input: InitRolloutInput) -> RolloutHandle:
+        """Build the rollout's state on this node; answer with the node's queue."""
+        env = self.env(input.env)
+        key = state_key(input.rollout_id, input.incarnation)
+        try:
+            await env.init_rollout(key, **input.task.init_args)
+            tools = await env.list_tools()
+            system_prompt = await env.get_system_prompt(input.task)
+        except InfraError as exc:
+            await env.release_rollout(key)
+            raise ApplicationError(f"init of {input.env} failed: {exc}", type=errors.ENV_ERROR) from exc
+        except (TypeError, ValueError, ToolError) as exc:
+            await env.release_rollout(key)
+            raise errors.non_retryable(f"invalid init_args for {input.env}: {exc}", type=errors.ENV_CONFIG) from exc
+        return RolloutHandle(
+            state_key=key,
+            node_id=self.node_id,
+            node_queue=self.node_queue,
+            tools=tools,
+            system_prompt=system_prompt,
+            replayable=env.replayable,
+            stateless=env.stateless,
+        )
+
+    @activity.defn(name="call_tool")
+    async def call_tool(self, input: CallToolInput) -> ToolResult:
+        """Run one tool call; tool failures come back as error observations."""
+        env = self.env(input.env)
+        call = input.call
+        try:
+            raw = await _with_heartbeat(
+                asyncio.wait_for(env.run_tool(input.state_key, call.name, **call.arguments), input.timeout_s)
+            )
+            result = raw if isinstance(raw, ToolResult) else ToolResult(text=str(raw))
+        except RolloutNotFound as exc:
+            raise errors.non_retryable(str(exc), type=errors.ROLLOUT_NOT_FOUND) from exc
+        except InfraError as exc:
+            raise errors.non_retryable(str(exc), type=errors.ENV_ERROR) from exc
+        except TimeoutError:
+            result = ToolResult(text=f"error: tool {call.name!r} timed out after {input.timeout_s:g}s", is_error=True)
+        except ToolError as exc:
+            result = ToolResult(text=f"error: {exc}", is_error=True)
+        except Exception as exc:  # the tool's own bug is the model's observation, by contract
+            log.warning("tool %s raised", call.name, exc_info=True)
+            result = ToolResult(text=f"error: {type(exc).__name__}: {exc}", is_error=True)
+        return _bounded(result, input.max_output_chars)
+
+    @activity.defn(name="compute_reward")
+    async def compute_reward(self, input: ComputeRewardInput) -> Reward:
+        """Score the finished rollout while its state is still alive."""
+        env = self.env(input.env)
+        try:
+            raw = await _with_heartbeat(
+                env.compute_reward(
+                    input.state_key,
+                    input.messages,
+                    input.task.ground_truth,
+                    task_id=input.task.id,
+                    metadata=input.task.metadata,
+                )
+            )
+            return Reward.of(raw)
+        except RolloutNotFound as exc:
+            raise errors.non_retryable(str(exc), type=errors.ROLLOUT_NOT_FOUND) from exc
+        except InfraError as exc:
+            raise errors.non_retryable(str(exc), type=errors.ENV_ERROR) from exc
+        except ApplicationError:
+            raise  # typed by its own boundary (a judge endpoint, storage)
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise errors.non_retryable(f"invalid reward from {input.env}: {exc}", type=errors.REWARD_ERROR) from exc
+
+    @activity.defn(name="release_rollout")
+    async def release_rollout(self, input: ReleaseInput) -> None:
+        """Free the rollout's state. Idempotent."""
+        await self.env(input.env).release_rollout(input.state_key)
+
+    async def shutdown(self) -> None:
+        """Release every rollout of every env (worker exit)."""
+        await asyncio.gather(*(env.shutdown() for env in self._envs.values()), return_exceptions=True)
+
+
+async def _with_heartbeat(awaitable: Awaitable[T]) -> T:
+    """Await while heartbeating, so a dead worker is noticed within the heartbeat timeout
+    while a slow but live tool keeps its activity open."""
+    task: asyncio.Task[T] = asyncio.ensure_future(awaitable)
+    timeout = activity.info().heartbeat_timeout
+    interval = max(timeout.total_seconds() / 3, 0.5) if timeout else 10.0
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=interval)
+            if done:
+                return task.result()
+            activity.heartbeat()
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+def _bounded(result: ToolResult, limit: int) -> ToolResult:
+    text, cut = truncate(result.text, limit)
+    structured = result.structured
+    if structured is not None and len(json.dumps(structured, default=str)) > limit:
+        structured = None  # the text carries the (truncated) content already
+        cut = cut or 1
+    if not cut:
+        return result
+    return result.model_copy(
+        update={"text": text, "structured": structured, "truncated_chars": result.truncated_chars + cut}
+    )

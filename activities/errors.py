@@ -1,0 +1,47 @@
+"""Error types by boundary, as they travel through Temporal.
+
+Activities raise `ApplicationError(type=<one of these>)`; workflows and RetryPolicies name the
+same constants, so a retry decision is made on a type, never on message text.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.exceptions import ApplicationError
+
+# Model endpoint
+MODEL_ERROR = "ModelError"
+"""Retryable: connection failures, timeouts, 408/409/429/5xx, a 200 that is not a chat completion."""
+MODEL_REJECTED = "ModelRequestRejected"
+"""Non-retryable: any other 4xx, or no endpoint configured."""
+CONTEXT_LENGTH = "ContextLengthExceeded"
+"""Non-retryable: the prompt no longer fits the model's context window."""
+
+# Environments
+ENV_ERROR = "EnvError"
+"""Retryable failure of the env machinery (server crashed while starting, ...)."""
+ENV_CONFIG = "EnvConfigError"
+"""Non-retryable: unknown env, invalid env arguments, invalid task."""
+ROLLOUT_NOT_FOUND = "RolloutNotFound"
+"""Non-retryable: this worker holds no state for the rollout (released, or the worker restarted)."""
+REWARD_ERROR = "RewardError"
+"""Non-retryable: the reward function raised or returned a non-finite value."""
+
+# Inputs
+INVALID_INPUT = "InvalidInput"
+"""Non-retryable: workflow or activity input failed validation; the message names the field."""
+
+# Storage
+STORAGE_ERROR = "StorageError"
+
+
+def model_error(message: str, *, retry_after: float | None = None) -> ApplicationError:
+    """A retryable model failure, honouring the server's Retry-After when it gave one."""
+    delay = timedelta(seconds=retry_after) if retry_after is not None else None
+    return ApplicationError(message, type=MODEL_ERROR, next_retry_delay=delay)
+
+
+def non_retryable(message: str, *, type: str) -> ApplicationError:
+    """A failure that retrying cannot fix."""
+    return ApplicationError(message, type=type, non_retryable=True)

@@ -1,0 +1,281 @@
+"""The model boundary: one chat completion against an OpenAI-compatible endpoint.
+
+`ModelActivities` owns one `httpx.AsyncClient` per worker, so connections to the model server are
+reused across rollouts. httpx's own retries stay off: Temporal's RetryPolicy is the only retry
+loop, and every failure is raised as an `ApplicationError` whose type says whether retrying can
+help (see `activities.errors`):
+
+* connection errors, timeouts, HTTP 408/409/429/5xx, and a 200 that is not a chat completion ->
+  retryable ``MODEL_ERROR`` (``Retry-After`` becomes ``next_retry_delay``);
+* a 400 about the context length -> non-retryable ``CONTEXT_LENGTH`` (the workflow ends the rollout
+  with ``TerminationReason.CONTEXT_BUDGET``; the next attempt would be just as long);
+* any other 4xx, or no endpoint configured -> non-retryable ``MODEL_REJECTED``.
+
+`ModelConfig` travels in workflow input and history, so it holds no secrets: the API key is worker
+configuration, passed to `ModelActivities`, and scrubbed from every error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import math
+import time
+from collections.abc import Awaitable
+from typing import Any, Literal, TypeVar
+
+import httpx
+from pydantic import Field
+from temporalio import activity
+
+from activities.errors import CONTEXT_LENGTH, MODEL_REJECTED, model_error, non_retryable
+from envs import chat
+from envs.contract import Message, ToolSpec, Usage, Wire
+
+_T = TypeVar("_T")
+
+_RETRYABLE_STATUS = frozenset({408, 409, 429})
+_CONTEXT_MARKERS = (
+    "maximum context length",
+    "context_length_exceeded",
+    "maximum model length",
+    "context window",
+    "too long",
+)
+_EXCERPT_CHARS = 300
+
+
+class ModelConfig(Wire):
+    """Which model to call and how to sample. Part of workflow input: never put secrets here."""
+
+    base_url: str | None = None
+    """OpenAI-compatible base URL including ``/v1`` (``http://host:8000/v1``); None uses the
+    worker's default."""
+    model: str = ""
+    """Model name sent to the server; empty uses the worker's default (or the server's only model)."""
+    tool_format: Literal["native", "hermes"] = "native"
+    """``native``: OpenAI ``tools``/``tool_calls``. ``hermes``: tools in the system prompt and
+    ``<tool_call>`` text, for servers without a tool-call parser."""
+    temperature: float | None = Field(default=None, ge=0)
+    """Sampling temperature; None leaves the server's default."""
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    """Nucleus sampling mass; None leaves the server's default."""
+    max_tokens: int | None = Field(default=1024, ge=1)
+    """Most tokens one completion may generate; None leaves the server's default."""
+    seed: int | None = None
+    """Sampling seed, for servers that honour it."""
+    stop: list[str] | None = None
+    """Stop sequences."""
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Extra request fields (``top_k``, ``chat_template_kwargs``, ...), merged in last as the
+    OpenAI client's ``extra_body`` is."""
+    request_timeout_s: float = Field(default=300, gt=0)
+    """Seconds to wait for one completion before the attempt fails (and is retried)."""
+
+
+class GenerateInput(Wire):
+    """One model turn of a rollout."""
+
+    model: ModelConfig
+    """Endpoint and sampling settings."""
+    messages: list[Message]
+    """The conversation so far, system prompt first."""
+    tools: list[ToolSpec] = Field(default_factory=list)
+    """Tools the model may call."""
+    rollout_id: str
+    """The rollout this turn belongs to (for logs)."""
+    turn: int
+    """Turn number within the rollout; makes generated tool call ids unique."""
+
+
+class GenerateResult(Wire):
+    """The model's answer for one turn."""
+
+    message: Message
+    """The assistant message. Tool calls are parsed (malformed ones kept with ``parse_error``); in
+    hermes format the content is the model's text verbatim, ``<tool_call>`` blocks included, so
+    the transcript holds exactly what the model wrote and shows it to the model next turn."""
+    finish_reason: str
+    """As the server reported it: ``stop``, ``tool_calls``, ``length``, ..."""
+    usage: Usage
+    """This turn's tokens; ``last_prompt_tokens`` equals ``prompt_tokens``."""
+    model: str
+    """The model name the server reported."""
+
+
+class ModelActivities:
+    """Activities for OpenAI-compatible chat endpoints (vLLM, SGLang, OpenAI, the policy server).
+
+    Args:
+        default_base_url: Endpoint used when `ModelConfig.base_url` is None.
+        default_model: Model name used when `ModelConfig.model` is empty.
+        api_key: Sent as ``Authorization: Bearer``; never logged or put in errors.
+        http: A client to use instead of the owned one (tests); the caller closes it.
+    """
+
+    def __init__(
+        self,
+        *,
+        default_base_url: str | None,
+        default_model: str = "",
+        api_key: str | None = None,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._default_base_url = default_base_url
+        self._default_model = default_model
+        self._api_key = api_key
+        self._owns_http = http is None
+        self._http = http or httpx.AsyncClient(
+            # retries=0: Temporal owns retries. No pool cap: the worker's activity slots bound it.
+            transport=httpx.AsyncHTTPTransport(retries=0),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+        )
+
+    async def aclose(self) -> None:
+        """Close the owned HTTP client (a client passed in is left to its owner)."""
+        if self._owns_http:
+            await self._http.aclose()
+
+    @activity.defn(name="generate")
+    async def generate(self, input: GenerateInput) -> GenerateResult:
+        """Ask the model for the next assistant message.
+
+        Raises:
+            ApplicationError: ``MODEL_ERROR`` (retryable), ``CONTEXT_LENGTH`` or ``MODEL_REJECTED``
+                (non-retryable); see the module docstring.
+        """
+        config = input.model
+        base_url = config.base_url or self._default_base_url
+        if not base_url:
+            raise non_retryable(
+                "no model endpoint: set ModelConfig.base_url or the worker's default model URL",
+                type=MODEL_REJECTED,
+            )
+        url = base_url.rstrip("/") + "/chat/completions"
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        timeout = httpx.Timeout(config.request_timeout_s, connect=min(config.request_timeout_s, 30.0))
+        try:
+            response = await _heartbeating(
+                self._http.post(url, json=self._request_body(input), headers=headers, timeout=timeout)
+            )
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:  # a bad URL will not get better
+            raise non_retryable(
+                self._scrub(f"invalid model endpoint {url!r} (ModelConfig.base_url or the worker default): {exc}"),
+                type=MODEL_REJECTED,
+            ) from None
+        except httpx.TransportError as exc:  # connect/read/write errors and timeouts
+            raise model_error(self._scrub(f"model request to {url} failed: {type(exc).__name__}: {exc}")) from None
+        return self._result(input, response)
+
+    def _request_body(self, request: GenerateInput) -> dict[str, Any]:
+        config = request.model
+        body: dict[str, Any] = {"messages": chat.render_messages(request.messages, request.tools, config.tool_format)}
+        model = config.model or self._default_model
+        if model:  # vLLM and SGLang serve their only model when none is named
+            body["model"] = model
+        tools = chat.render_tools(request.tools, config.tool_format)
+        if tools is not None:
+            body["tools"] = tools
+        sampling = {
+            "temperature": config.temperature,
+            "top_p": config.top_p,
+            "max_tokens": config.max_tokens,
+            "seed": config.seed,
+            "stop": config.stop,
+        }
+        body.update((key, value) for key, value in sampling.items() if value is not None)
+        body.update(config.extra_body)
+        return body
+
+    def _result(self, request: GenerateInput, response: httpx.Response) -> GenerateResult:
+        status = response.status_code
+        excerpt = self._scrub(" ".join(response.text.split())[:_EXCERPT_CHARS])
+        if not response.is_success:
+            error = f"model endpoint returned HTTP {status}: {excerpt}"
+            if status in _RETRYABLE_STATUS or status >= 500:
+                raise model_error(error, retry_after=_retry_after(response.headers.get("retry-after")))
+            if status == 400 and any(marker in response.text.lower() for marker in _CONTEXT_MARKERS):
+                raise non_retryable(error, type=CONTEXT_LENGTH)
+            raise non_retryable(error, type=MODEL_REJECTED)
+        body = _completion(response)
+        if body is None:
+            # Retried, not rejected: a 200 that is not a chat completion is usually a proxy or load
+            # balancer answering for a server that is restarting, which a later attempt outlives.
+            raise model_error(f"model endpoint returned a 200 that is not a chat completion: {excerpt}")
+        choice = body["choices"][0]
+        message = chat.parse_assistant_message(
+            choice["message"], request.model.tool_format, id_prefix=f"call_{request.turn}"
+        )
+        usage = body.get("usage")
+        if not isinstance(usage, dict):  # some servers leave usage out
+            usage = {}
+        prompt_tokens = _int(usage.get("prompt_tokens"))
+        return GenerateResult(
+            message=message,
+            finish_reason=str(choice.get("finish_reason") or ""),
+            usage=Usage(
+                prompt_tokens=prompt_tokens,
+                completion_tokens=_int(usage.get("completion_tokens")),
+                last_prompt_tokens=prompt_tokens,
+            ),
+            model=str(body.get("model") or request.model.model or self._default_model),
+        )
+
+    def _scrub(self, text: str) -> str:
+        """Remove the API key from text that may end up in an error (servers echo headers)."""
+        return text.replace(self._api_key, "***") if self._api_key else text
+
+
+async def _heartbeating(awaitable: Awaitable[_T]) -> _T:
+    """Await, heartbeating at a third of the heartbeat timeout when the activity has one.
+
+    A long generation then reveals a dead worker within the heartbeat timeout instead of
+    start_to_close, and activity cancellation reaches the request.
+    """
+    timeout = activity.info().heartbeat_timeout
+    if not timeout:
+        return await awaitable
+    task = asyncio.ensure_future(awaitable)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=max(timeout.total_seconds() / 3, 0.05))
+            if done:
+                return task.result()
+            activity.heartbeat()
+    finally:
+        task.cancel()
+
+
+def _completion(response: httpx.Response) -> dict[str, Any] | None:
+    """The JSON body if it has the shape of a chat completion (``choices[0].message`` an object)."""
+    try:
+        body = response.json()
+    except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
+        return None
+    if not isinstance(body, dict):
+        return None
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None
+    return body if isinstance(choices[0].get("message"), dict) else None
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return max(seconds, 0.0) if math.isfinite(seconds) else None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -1,0 +1,1 @@
+"""Deployment of worker fleets (SkyPilot task files and launcher)."""

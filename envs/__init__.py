@@ -1,0 +1,1 @@
+"""gymflow environments: the contract (no temporalio here) and built-in envs."""

@@ -1,0 +1,360 @@
+"""The environment contract: what an RL environment offers, and the wire types it speaks.
+
+Everything a rollout exchanges between the trainer, Temporal and an environment is one of the
+pydantic models below, so the same objects travel through workflow history, the Python SDK,
+`temporal workflow start --input` JSON and the JSONL a batch writes. This module never imports
+temporalio: an environment is plain async Python, testable without a server.
+
+`BaseEnv` keeps every method benchmax's BaseEnv has (system_prompt, list_tools, run_tool,
+compute_reward, compute_group_reward, init_rollout/release_rollout, the workspace copies,
+dataset_preprocess/load_dataset), with two changes that matter for training:
+
+* Failures are typed. A tool that raises, or a `ToolError`, is the model's problem and becomes
+  an error observation. An `InfraError` (a server died, a rollout's state is gone) is the
+  system's problem: the rollout ends flagged `infra_failed` instead of scoring 0.
+* Rewards are named components validated as finite numbers; NaN or inf is an error.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class Wire(BaseModel):
+    """Base of every wire type: unknown fields are rejected so a typo in JSON input is loud."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolSpec(Wire):
+    """A tool the model may call, in MCP terms (name, description, JSON-schema input)."""
+
+    name: str = Field(min_length=1)
+    """Tool name as the model must write it."""
+    description: str = ""
+    """What the tool does, shown to the model."""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    """JSON schema of the arguments object."""
+
+    def to_openai(self) -> dict[str, Any]:
+        """The tool in OpenAI `tools=[...]` function format."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.input_schema},
+        }
+
+
+class ToolCall(Wire):
+    """One tool call emitted by the model.
+
+    A call the model wrote badly (unparseable JSON, arguments that are not an object) is kept,
+    with `parse_error` set, so the model can be told what was wrong with it.
+    """
+
+    id: str
+    """Call id, echoed back in the tool message."""
+    name: str
+    """Tool name as written by the model (may be unknown)."""
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    """Parsed arguments; empty when `parse_error` is set."""
+    raw_arguments: str | None = None
+    """The arguments text exactly as the model wrote it, when it was text."""
+    parse_error: str | None = None
+    """Why the call could not be parsed; None for a well-formed call."""
+
+
+class Message(Wire):
+    """A chat message, OpenAI-shaped, with typed tool calls."""
+
+    role: Role
+    content: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    """Tool calls of an assistant message."""
+    tool_call_id: str | None = None
+    """For role=tool: the call this message answers."""
+    name: str | None = None
+    """For role=tool: the tool that produced it."""
+    is_error: bool = False
+    """For role=tool: the observation is an error the model should react to."""
+
+
+class Task(Wire):
+    """One dataset row: a prompt, what a correct answer is, and how to set up the rollout."""
+
+    id: str = Field(min_length=1)
+    """Stable task id; rollouts of the same task share it."""
+    prompt: str | list[Message]
+    """The user prompt, or a full list of opening messages."""
+    ground_truth: Any = None
+    """Whatever the env's reward needs (an answer, cells, a rubric); JSON-serialisable."""
+    init_args: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments for `BaseEnv.init_rollout` (files to stage, seeds, ...)."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Free-form labels (difficulty, split, source); never shown to the model."""
+
+    def opening_messages(self) -> list[Message]:
+        """The conversation the model starts from (without the system prompt)."""
+        if isinstance(self.prompt, str):
+            return [Message(role="user", content=self.prompt)]
+        return list(self.prompt)
+
+
+class ToolResult(Wire):
+    """What a tool call produced, as the model will see it."""
+
+    text: str
+    """Rendered text content (images and resources are summarised in it)."""
+    is_error: bool = False
+    """True when the call failed in a way the model should see and react to."""
+    structured: Any = None
+    """Structured content, when the tool returned some."""
+    truncated_chars: int = 0
+    """How many characters of output were cut by the output policy."""
+
+
+class Reward(Wire):
+    """A rollout's reward: a total plus named components.
+
+    Components are what a trainer logs; `total` is what it optimises. A mapping returned by
+    `compute_reward` becomes a Reward whose total is the sum of its components (benchmax's
+    convention).
+    """
+
+    total: float
+    components: dict[str, float] = Field(default_factory=dict)
+    info: dict[str, Any] = Field(default_factory=dict)
+    """Explanations (extracted answer, judge rationale) that are not numbers."""
+
+    @field_validator("total")
+    @classmethod
+    def _finite_total(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError(f"reward total must be finite, got {value!r}")
+        return value
+
+    @field_validator("components")
+    @classmethod
+    def _finite_components(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = {k: v for k, v in value.items() if not math.isfinite(v)}
+        if bad:
+            raise ValueError(f"reward components must be finite, got {bad!r}")
+        return value
+
+    @classmethod
+    def of(cls, value: Reward | Mapping[str, float] | float) -> Reward:
+        """Normalise what a reward function returned into a validated Reward."""
+        if isinstance(value, Reward):
+            return value
+        if isinstance(value, Mapping):
+            components = {str(k): float(v) for k, v in value.items()}
+            return cls(total=math.fsum(components.values()), components=components)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"a reward must be a Reward, a mapping or a number, not {type(value).__name__}")
+        return cls(total=float(value), components={"reward": float(value)})
+
+
+class TerminationReason(enum.StrEnum):
+    """Why a rollout stopped. The first group is normal; the second is infrastructure."""
+
+    FINAL_ANSWER = "final_answer"
+    """The model answered without calling a tool."""
+    MAX_TURNS = "max_turns"
+    CONTEXT_BUDGET = "context_budget"
+    """The next turn would not fit the model's context window."""
+    OUTPUT_BUDGET = "output_budget"
+    """The model produced more tokens in total than the rollout allows."""
+    TOOL_BUDGET = "tool_budget"
+    """The model made more tool calls than the rollout allows."""
+    MODEL_ERROR = "model_error"
+    """The model endpoint failed after Temporal's retries (or refused the request)."""
+    ENV_ERROR = "env_error"
+    """The environment failed (server died, init failed) and could not be recovered."""
+    NODE_LOST = "node_lost"
+    """The worker node holding the rollout disappeared and the env cannot be rebuilt."""
+    REWARD_ERROR = "reward_error"
+    """The reward function failed or returned a non-finite value."""
+    CANCELLED = "cancelled"
+
+    @property
+    def infra_failed(self) -> bool:
+        """Whether a rollout that ended this way must be dropped rather than trained on."""
+        return self in _INFRA_REASONS
+
+
+_INFRA_REASONS = frozenset(
+    {
+        TerminationReason.MODEL_ERROR,
+        TerminationReason.ENV_ERROR,
+        TerminationReason.NODE_LOST,
+        TerminationReason.REWARD_ERROR,
+        TerminationReason.CANCELLED,
+    }
+)
+
+
+class Usage(Wire):
+    """Token counts summed over a rollout's model turns."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    last_prompt_tokens: int = 0
+    """Prompt tokens of the latest turn: how full the context window is."""
+
+
+class Trajectory(Wire):
+    """The full record of one rollout."""
+
+    rollout_id: str
+    task_id: str
+    env: str
+    model: str = ""
+    messages: list[Message]
+    """System prompt, prompt, every assistant turn and tool observation, in order."""
+    reward: Reward | None = None
+    """None when the rollout failed for infrastructure reasons."""
+    termination: TerminationReason
+    infra_failed: bool = False
+    error: str | None = None
+    """What went wrong, for infra failures."""
+    turns: int = 0
+    tool_calls: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    recoveries: int = 0
+    """How many times the rollout was re-initialised after losing its node or server."""
+
+    @model_validator(mode="after")
+    def _infra_matches_reason(self) -> Trajectory:
+        if self.infra_failed != self.termination.infra_failed:
+            raise ValueError(f"infra_failed={self.infra_failed} contradicts termination {self.termination}")
+        return self
+
+
+class ToolError(Exception):
+    """A tool failed in a way the model should see (bad arguments, a refused path, ...)."""
+
+
+class InfraError(Exception):
+    """The environment itself failed: not the model's fault, never a reward of 0.
+
+    Raise it (or a subclass) from run_tool/compute_reward/init_rollout when the failure is in
+    the machinery (a server process died, a connection broke). The rollout is recovered or ends
+    flagged infra_failed.
+    """
+
+
+class RolloutNotFound(InfraError):
+    """This process holds no state for the rollout (it was released, or the worker restarted)."""
+
+
+class DatasetError(ValueError):
+    """A dataset row is invalid; the message names the row (file:line) and the field."""
+
+
+class BaseEnv(ABC):
+    """An RL environment: tools, a reward, and per-rollout state.
+
+    One instance serves many concurrent rollouts on a worker; per-rollout state is keyed by
+    `rollout_id`. Subclasses implement `list_tools`, `run_tool` and `compute_reward`; the rest
+    have working defaults.
+    """
+
+    name: ClassVar[str] = ""
+    """Registry name (`gymflow rollout NAME`)."""
+    system_prompt: ClassVar[str] = ""
+    replayable: ClassVar[bool] = False
+    """True when re-running a rollout's recorded tool calls on a fresh instance rebuilds its
+    state exactly; lets a rollout survive the loss of its node."""
+    stateless: ClassVar[bool] = False
+    """True when tools keep no per-rollout state, so a lost rollout can simply be re-initialised."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        del kwargs
+
+    # -- tools -------------------------------------------------------------------------------
+    @abstractmethod
+    async def list_tools(self) -> list[ToolSpec]:
+        """The tools the model may call."""
+
+    @abstractmethod
+    async def run_tool(self, rollout_id: str, tool_name: str, /, **tool_args: Any) -> ToolResult | str:
+        """Run one tool call in the rollout's context.
+
+        Raise `ToolError` (or let the tool raise) for failures the model should see; raise
+        `InfraError` for failures of the environment's machinery.
+        """
+
+    # -- rewards -----------------------------------------------------------------------------
+    @abstractmethod
+    async def compute_reward(
+        self, rollout_id: str, completion: list[Message], ground_truth: Any, **kwargs: Any
+    ) -> Reward | Mapping[str, float]:
+        """Score one finished rollout. Called before `release_rollout`, so state is readable."""
+
+    async def compute_group_reward(
+        self,
+        rollout_ids: Sequence[str],
+        completions: Sequence[list[Message]],
+        ground_truths: Sequence[Any],
+        **kwargs: Any,
+    ) -> list[dict[str, float]]:
+        """Score rollouts jointly (ranking, diversity); one dict per rollout, {} for none."""
+        del completions, ground_truths, kwargs
+        return [{} for _ in rollout_ids]
+
+    # -- prompt ------------------------------------------------------------------------------
+    async def get_system_prompt(self, task: Task | None = None) -> str:
+        """The system prompt for a rollout of `task`."""
+        del task
+        return self.system_prompt
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def init_rollout(self, rollout_id: str, **rollout_args: Any) -> None:
+        """Acquire per-rollout resources (server processes, a workspace)."""
+        del rollout_id, rollout_args
+
+    async def release_rollout(self, rollout_id: str) -> None:
+        """Free per-rollout resources. Must be idempotent."""
+        del rollout_id
+
+    async def shutdown(self) -> None:
+        """Free everything at worker exit."""
+        return None
+
+    # -- workspace ---------------------------------------------------------------------------
+    async def copy_to_workspace(self, rollout_id: str, src_path: Path, dst_filename: str | None = None) -> None:
+        """Copy a local file into the rollout's workspace."""
+        raise NotImplementedError(f"{type(self).__name__} has no workspace")
+
+    async def copy_content_to_workspace(self, rollout_id: str, src_content: str | bytes, dst_filename: str) -> None:
+        """Create a file with the given content in the rollout's workspace."""
+        raise NotImplementedError(f"{type(self).__name__} has no workspace")
+
+    async def copy_from_workspace(self, rollout_id: str, src_filename: str, dst_path: Path) -> None:
+        """Copy a file out of the rollout's workspace."""
+        raise NotImplementedError(f"{type(self).__name__} has no workspace")
+
+    # -- data --------------------------------------------------------------------------------
+    @classmethod
+    def dataset_preprocess(cls, example: Mapping[str, Any], **kwargs: Any) -> Task:
+        """Turn one raw dataset row into a Task (default: the row already is one)."""
+        del kwargs
+        return Task.model_validate(example)
+
+    @classmethod
+    def load_dataset(cls, name: str, **kwargs: Any) -> Iterable[Task]:
+        """Load a dataset by name or path into Tasks."""
+        raise NotImplementedError(f"{cls.__name__} has no dataset loader for {name!r}")
+
+    @classmethod
+    def baseline_policy(cls, name: str = "default") -> Any:
+        """A built-in policy (see envs.policy.Policy) that plays this env without a model."""
+        raise NotImplementedError(f"{cls.__name__} has no baseline policy {name!r}")

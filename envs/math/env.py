@@ -1,0 +1,65 @@
+"""The math environment: arithmetic tasks, a calculator MCP server per rollout, an <answer> reward."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from envs.contract import Message, Reward, Task
+from envs.math.data import generate_tasks, load_jsonl
+from envs.math.rewards import answer_reward
+from envs.mcp.env import McpEnv
+from envs.policy import NullPolicy, Policy
+
+SYSTEM_PROMPT = (
+    "You are a careful math assistant. Use the calculator tools for every arithmetic step; "
+    "do not compute in your head. When you are done, write the final answer on the last line "
+    "as <answer>NUMBER</answer>."
+)
+
+
+class MathEnv(McpEnv):
+    """Arithmetic with a calculator; reward 1 for a correct <answer>."""
+
+    name = "math"
+    system_prompt = SYSTEM_PROMPT
+    stateless = True  # the calculator keeps no state: a lost rollout just gets a fresh server
+    mcp_servers = {"calculator": {"command": "python", "args": ["-m", "envs.math.servers.calculator"]}}
+
+    async def compute_reward(
+        self, rollout_id: str, completion: list[Message], ground_truth: Any, **kwargs: Any
+    ) -> Reward:
+        del rollout_id, kwargs
+        return answer_reward(completion, ground_truth)
+
+    @classmethod
+    def load_dataset(cls, name: str, **kwargs: Any) -> Iterable[Task]:
+        """`generated` (kwargs n, seed, difficulty) or the path of a JSONL file."""
+        if name == "generated":
+            return generate_tasks(
+                int(kwargs.get("n", 16)), seed=int(kwargs.get("seed", 0)), difficulty=int(kwargs.get("difficulty", 2))
+            )
+        return load_jsonl(Path(name))
+
+    @classmethod
+    def dataset_preprocess(cls, example: Mapping[str, Any], **kwargs: Any) -> Task:
+        """benchmax-style rows {"task": ..., "answer": ...} as well as full Task objects."""
+        if "task" in example and "prompt" not in example:
+            return Task(
+                id=str(example.get("id", kwargs.get("index", 0))),
+                prompt=str(example["task"]),
+                ground_truth=example.get("answer"),
+            )
+        return super().dataset_preprocess(example, **kwargs)
+
+    @classmethod
+    def baseline_policy(cls, name: str = "default") -> Policy:
+        """`calculator` (default; solves generated tasks with the tools) or `null`."""
+        if name in {"default", "calculator"}:
+            from envs.math.policy import CalculatorPolicy
+
+            return CalculatorPolicy()
+        if name == "null":
+            return NullPolicy()
+        raise ValueError(f"math has no baseline policy {name!r}; choose calculator or null")

@@ -1,0 +1,153 @@
+"""A stdio transport for MCP servers that owns its process.
+
+The SDK's `stdio_client` hides the process it starts. A rollout runtime needs it: the pid to
+kill a hung server and reap orphans, the exit code to tell a crashed server from a tool error,
+the server's stderr in a log file inside the workspace for post-mortems, and one place to wrap
+the command in a sandbox later. So this transport spawns the process itself (in its own process
+group) and bridges its pipes to the memory streams `mcp.Client` drives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import anyio
+import mcp_types
+from anyio.abc import Process
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared.message import SessionMessage
+
+_INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV")
+_EXIT_GRACE_S = 1.0
+"""How long a server gets to exit after its stdin closes before its process group is killed."""
+
+
+class ProcessTransport:
+    """An `mcp.client` Transport over a subprocess's stdin/stdout.
+
+    Usage: `async with Client(ProcessTransport(cmd, args, cwd=...)) as client: ...`. The process
+    is started on enter and its whole process group killed on exit.
+    """
+
+    def __init__(
+        self,
+        command: str,
+        args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        stderr_path: Path | None = None,
+    ) -> None:
+        self.command = command
+        self.args = list(args)
+        self.env = {k: v for k in _INHERITED_ENV if (v := os.environ.get(k)) is not None} | dict(env or {})
+        self.cwd = cwd
+        self.stderr_path = stderr_path
+        self.process: Process | None = None
+        self._stderr: IO[bytes] | None = None
+        self._exit: contextlib.AsyncExitStack | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The server's pid once started."""
+        return self.process.pid if self.process else None
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code once the server has exited, else None."""
+        return self.process.returncode if self.process else None
+
+    async def __aenter__(self) -> tuple[MemoryObjectReceiveStream[Any], MemoryObjectSendStream[SessionMessage]]:
+        if self.stderr_path is not None:
+            self._stderr = self.stderr_path.open("ab")
+        self.process = await anyio.open_process(
+            [self.command, *self.args],
+            env=self.env,
+            cwd=self.cwd,
+            stderr=self._stderr if self._stderr is not None else subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        exit_stack = contextlib.AsyncExitStack()
+        streams = await exit_stack.enter_async_context(self._bridge(self.process))
+        self._exit = exit_stack
+        return streams
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._exit is not None:
+            await self._exit.aclose()
+
+    def kill(self) -> None:
+        """Kill the server's whole process group now (it may have spawned children)."""
+        if self.process is not None and self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+
+    @contextlib.asynccontextmanager
+    async def _bridge(
+        self, process: Process
+    ) -> AsyncIterator[tuple[MemoryObjectReceiveStream[Any], MemoryObjectSendStream[SessionMessage]]]:
+        to_client, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+        to_server, from_client = anyio.create_memory_object_stream[SessionMessage](16)
+
+        async def read_stdout() -> None:
+            assert process.stdout is not None
+            buffer = b""
+            async with to_client:
+                with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    async for chunk in process.stdout:
+                        buffer += chunk
+                        *lines, buffer = buffer.split(b"\n")
+                        for line in lines:
+                            if line.strip():
+                                await to_client.send(_parse(line))
+
+        async def write_stdin() -> None:
+            assert process.stdin is not None
+            async with from_client:
+                with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                    async for message in from_client:
+                        data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                        await process.stdin.send(data.encode() + b"\n")
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read_stdout)
+                tg.start_soon(write_stdin)
+                try:
+                    yield from_server, to_server
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self._stop(process)
+                    tg.cancel_scope.cancel()
+        finally:
+            if self._stderr is not None:
+                self._stderr.close()
+
+    async def _stop(self, process: Process) -> None:
+        if process.stdin is not None:
+            with contextlib.suppress(Exception):
+                await process.stdin.aclose()
+        with anyio.move_on_after(_EXIT_GRACE_S):
+            # Poll rather than process.wait(): asyncio's wait also waits for pipe EOF, which a
+            # grandchild holding the pipes delays forever.
+            while process.returncode is None:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+        self.kill()
+        with anyio.move_on_after(_EXIT_GRACE_S):
+            await process.wait()
+
+
+def _parse(line: bytes) -> SessionMessage | Exception:
+    try:
+        return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except ValueError as exc:  # a server printing garbage to stdout: surface it, don't die
+        return exc

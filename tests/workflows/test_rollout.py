@@ -1,0 +1,150 @@
+"""RolloutWorkflow on a real dev server, real calculator MCP processes and a real HTTP policy."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+
+from activities.model import ModelConfig
+from envs.contract import Message, TerminationReason, ToolCall, ToolSpec
+from envs.math.data import generate_tasks
+from envs.policy import Policy
+from workers.client import run_rollout, start_rollout
+from workers.policy_server import PolicyServer
+from workers.worker import RunningWorker
+from workflows.names import SA_STATUS
+from workflows.rollout import RetrySettings, RolloutInput, RolloutLimits
+
+
+def rollout_input(model_url: str, *, seed: int = 0, **fields: object) -> RolloutInput:
+    task = generate_tasks(1, seed=seed)[0]
+    return RolloutInput(env="math", task=task, model=ModelConfig(base_url=model_url), **fields)  # type: ignore[arg-type]
+
+
+async def activity_types(client: Client, workflow_id: str) -> list[str]:
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+
+
+async def test_math_rollout_solves_task_with_tools(
+    client: Client, worker: RunningWorker, calculator_policy_url: str
+) -> None:
+    result = await run_rollout(client, rollout_input(calculator_policy_url), task_queue=worker.task_queue)
+    assert result.termination == TerminationReason.FINAL_ANSWER
+    assert not result.infra_failed
+    assert result.reward is not None and result.reward.total == 1.0
+    assert result.tool_calls >= 1
+    kinds = await activity_types(client, result.rollout_id)
+    assert kinds[0] == "init_rollout" and kinds[-1] == "release_rollout"
+    assert kinds.count("call_tool") == result.tool_calls
+    assert "compute_reward" in kinds
+    assert worker.env.env("math").live_rollouts() == []  # type: ignore[attr-defined]
+
+
+async def test_hermes_tool_format(client: Client, worker: RunningWorker, calculator_policy_url: str) -> None:
+    task = generate_tasks(1, seed=7)[0]
+    model = ModelConfig(base_url=calculator_policy_url, tool_format="hermes")
+    result = await run_rollout(client, RolloutInput(env="math", task=task, model=model), task_queue=worker.task_queue)
+    assert result.reward is not None and result.reward.total == 1.0
+    assert result.tool_calls >= 1
+
+
+class ScriptedPolicy(Policy):
+    """Plays a fixed list of assistant turns, one per model call."""
+
+    name = "scripted"
+
+    def __init__(self, turns: Sequence[Message]) -> None:
+        self.turns = list(turns)
+
+    def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
+        done = sum(m.role == "assistant" for m in messages)
+        return self.turns[min(done, len(self.turns) - 1)]
+
+
+def call(name: str, arguments: dict[str, object] | None = None, *, raw: str | None = None) -> ToolCall:
+    return ToolCall(id=f"c{uuid.uuid4().hex[:6]}", name=name, arguments=arguments or {}, raw_arguments=raw)
+
+
+async def test_bad_model_output_becomes_error_observations(client: Client, worker: RunningWorker) -> None:
+    policy = ScriptedPolicy(
+        [
+            Message(role="assistant", tool_calls=[call("add", raw='{"a": 1, "b": ')]),  # broken JSON
+            Message(role="assistant", tool_calls=[call("launch_missiles", {"target": "moon"})]),  # unknown tool
+            Message(role="assistant", tool_calls=[call("add", {"a": "one", "b": [2]})]),  # wrong types
+            Message(role="assistant", tool_calls=[call("divide", {"a": 1, "b": 0})]),  # tool raises
+            Message(role="assistant", tool_calls=[call("add", {"a": 2, "b": 3})]),  # fine
+            Message(role="assistant", content="<answer>5</answer>"),
+        ]
+    )
+    async with PolicyServer(policy, host="127.0.0.1", port=0) as server:
+        result = await run_rollout(client, rollout_input(server.url), task_queue=worker.task_queue)
+    assert result.termination == TerminationReason.FINAL_ANSWER
+    assert not result.infra_failed
+    observations = [m for m in result.messages if m.role == "tool"]
+    assert [m.is_error for m in observations] == [True, True, True, True, False]
+    assert "parse" in observations[0].content
+    assert "unknown tool 'launch_missiles'" in observations[1].content
+    assert "add" in observations[2].content and "valid number" in observations[2].content
+    assert "zero" in observations[3].content.lower()
+    assert observations[4].content.strip() == "5"
+    # Malformed and unknown calls never reach the env; the others are real activities.
+    assert result.tool_calls == 3
+    assert (await activity_types(client, result.rollout_id)).count("call_tool") == 3
+
+
+async def test_model_endpoint_down_is_typed_infra_failure(client: Client, worker: RunningWorker) -> None:
+    dead = "http://127.0.0.1:9/v1"  # discard port: nothing listens
+    handle = await start_rollout(
+        client,
+        rollout_input(dead, retry=RetrySettings(model_attempts=2)),
+        task_queue=worker.task_queue,
+    )
+    result = await handle.result()
+    assert result.termination == TerminationReason.MODEL_ERROR
+    assert result.infra_failed and result.reward is None
+    assert result.error and "generate" in result.error
+    described = await handle.describe()
+    assert described.typed_search_attributes.get(SA_STATUS) == "infra_failed"
+    assert worker.env.env("math").live_rollouts() == []  # type: ignore[attr-defined]
+
+
+async def test_limits_end_rollout_with_typed_reason(
+    client: Client, worker: RunningWorker, calculator_policy_url: str
+) -> None:
+    task = generate_tasks(1, seed=3, difficulty=4)[0]
+    model = ModelConfig(base_url=calculator_policy_url)
+    one_turn = RolloutInput(env="math", task=task, model=model, limits=RolloutLimits(max_turns=1))
+    result = await run_rollout(client, one_turn, task_queue=worker.task_queue)
+    assert result.termination == TerminationReason.MAX_TURNS and result.turns == 1
+    assert result.reward is not None and result.reward.total == 0.0  # a real 0: no answer given
+
+    one_call = RolloutInput(env="math", task=task, model=model, limits=RolloutLimits(max_tool_calls=1))
+    result = await run_rollout(client, one_call, task_queue=worker.task_queue)
+    assert result.termination == TerminationReason.TOOL_BUDGET and result.tool_calls == 1
+
+
+async def test_unknown_env_fails_workflow_without_retrying(client: Client, worker: RunningWorker) -> None:
+    bad = RolloutInput(env="no-such-env", task=generate_tasks(1)[0])
+    handle = await start_rollout(client, bad, task_queue=worker.task_queue)
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
+    assert "no-such-env" in str(cause)
+
+
+async def test_history_is_json_replayable(client: Client, worker: RunningWorker, calculator_policy_url: str) -> None:
+    """Histories round-trip through JSON (what `temporal workflow show --output json` gives)."""
+    result = await run_rollout(client, rollout_input(calculator_policy_url, seed=11), task_queue=worker.task_queue)
+    history = await client.get_workflow_handle(result.rollout_id).fetch_history()
+    assert json.loads(history.to_json())["events"]

@@ -1,0 +1,1 @@
+"""Processes and entry points: worker, embedded server, client SDK, CLI."""

@@ -1,0 +1,171 @@
+"""The `gymflow` command line. Names here are stable: other tools and docs rely on them."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from envs.registry import available, env_class
+from workers import server as embedded
+from workers.config import Settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {
+        key: value
+        for key, value in {
+            "temporal_address": getattr(args, "address", None),
+            "task_queue": getattr(args, "task_queue", None),
+            "data_dir": getattr(args, "data_dir", None),
+        }.items()
+        if value is not None
+    }
+    return Settings(**overrides)
+
+
+def _batch_args(parser: argparse.ArgumentParser, *, n: int) -> None:
+    parser.add_argument("env", nargs="?", default="math", help="env name (see `gymflow envs`)")
+    parser.add_argument("--n", type=int, default=n, help="number of rollouts")
+    parser.add_argument("--seed", type=int, default=0, help="dataset seed")
+    parser.add_argument("--dataset", default="generated", help="`generated` or a dataset path")
+    parser.add_argument("--model-url", help="OpenAI-compatible endpoint (…/v1); default: the env's baseline policy")
+    parser.add_argument("--model", default="", help="model name sent to the endpoint")
+    parser.add_argument("--tool-format", choices=["native", "hermes"], default="native")
+    parser.add_argument("--policy", default="default", help="baseline policy name when no --model-url")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--max-turns", type=int, default=10)
+    parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--address", help="Temporal frontend host:port (GYMFLOW_TEMPORAL_ADDRESS)")
+    parser.add_argument("--task-queue", help="shared task queue (GYMFLOW_TASK_QUEUE)")
+    parser.add_argument("--data-dir", type=Path, help="server data directory (GYMFLOW_DATA_DIR)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="gymflow", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("server", help="run the embedded Temporal server (UI on :8233)")
+    _common(p)
+    p.add_argument("--port", type=int, default=7233)
+    p.add_argument("--ui-port", type=int, default=8233)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--background", action="store_true", help="start detached and return")
+    mode.add_argument("--stop", action="store_true", help="stop a server started with --background or by demo")
+
+    p = sub.add_parser("worker", help="run a worker (shared queue + this node's queue)")
+    _common(p)
+
+    p = sub.add_parser("demo", help="server + worker + baseline policy + a batch of real rollouts")
+    _common(p)
+    _batch_args(p, n=16)
+    p.add_argument("--stop-server", action="store_true", help="stop the server the demo started when done")
+
+    p = sub.add_parser("rollout", help="run rollouts of an env and print their rewards")
+    _common(p)
+    _batch_args(p, n=1)
+    p.add_argument("--no-worker", action="store_true", help="rely on running workers instead of an in-process one")
+
+    p = sub.add_parser("policy", help="baseline policies")
+    psub = p.add_subparsers(dest="policy_command", required=True)
+    serve = psub.add_parser("serve", help="serve an env's baseline policy as an OpenAI-compatible endpoint")
+    serve.add_argument("env")
+    serve.add_argument("--policy", default="default")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+
+    sub.add_parser("envs", help="list the registered envs")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `gymflow` console script."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        return _dispatch(args)
+    except embedded.ServerError as exc:
+        print(f"gymflow: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "envs":
+        for name in available():
+            print(name)
+        return 0
+    if args.command == "policy":
+        from workers.policy_server import serve_forever
+
+        policy = env_class(args.env).baseline_policy(args.policy)
+        print(f"serving {args.env}/{policy.name} at http://{args.host}:{args.port}/v1", file=sys.stderr)
+        serve_forever(policy, host=args.host, port=args.port)
+        return 0
+    settings = _settings(args)
+    if args.command == "server":
+        return _server(args, settings)
+    if args.command == "worker":
+        from workers.worker import run_worker
+
+        asyncio.run(run_worker(settings))
+        return 0
+    return _batch(args, settings)
+
+
+def _server(args: argparse.Namespace, settings: Settings) -> int:
+    if args.stop:
+        stopped = embedded.stop_background(data_dir=settings.data_dir)
+        print("server stopped" if stopped else "no background server recorded", file=sys.stderr)
+        return 0
+    if args.background:
+        pid = embedded.start_background(data_dir=settings.data_dir, port=args.port, ui_port=args.ui_port)
+        print(f"Temporal server started (pid {pid}); UI at http://localhost:{args.ui_port}", file=sys.stderr)
+        return 0
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    command = embedded.dev_server_command(data_dir=settings.data_dir, port=args.port, ui_port=args.ui_port)
+    print(f"Temporal server on :{args.port}, UI at http://localhost:{args.ui_port}", file=sys.stderr)
+    os.execv(command[0], command)
+    return 0  # pragma: no cover - execv does not return
+
+
+def _batch(args: argparse.Namespace, settings: Settings) -> int:
+    from workers.runner import BatchOptions, format_table, run_batch
+
+    options = BatchOptions(
+        env=args.env,
+        n=args.n,
+        seed=args.seed,
+        dataset=args.dataset,
+        model_url=args.model_url,
+        model=args.model,
+        tool_format=args.tool_format,
+        policy=args.policy,
+        concurrency=args.concurrency,
+        max_turns=args.max_turns,
+        local_worker=not getattr(args, "no_worker", False),
+        start_server=args.command == "demo",
+    )
+    report = asyncio.run(run_batch(options, settings))
+    if args.json:
+        print(json.dumps({"summary": report.summary(), "rollouts": report.rows()}, indent=2))
+    else:
+        print(format_table(report))
+        print(f"\nOpen the batch in the Temporal Web UI: {report.ui_url}")
+    if args.command == "demo":
+        if args.stop_server:
+            embedded.stop_background(data_dir=settings.data_dir)
+        elif (settings.data_dir / "server.pid").is_file():
+            print("The Temporal server keeps running for the UI; stop it with `gymflow server --stop`.")
+    return 0 if report.summary()["infra_failed"] == 0 else 1

@@ -1,0 +1,135 @@
+"""The Python SDK: connect to Temporal with gymflow's data converter, start and await rollouts.
+
+The data converter is temporalio's pydantic converter with one change: a payload that fails
+validation (say, `temporal workflow start --input` JSON with a missing field) raises a
+non-retryable `ApplicationError(type="InvalidInput")` naming the field. Raised while decoding a
+workflow's input, that fails the workflow at once instead of failing its workflow task forever.
+
+    client = await gymflow_client.connect("localhost:7233")
+    result = await gymflow_client.run_rollout(client, RolloutInput(env="math", task=task))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import temporalio.api.common.v1
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
+from temporalio.converter import (
+    CompositePayloadConverter,
+    DataConverter,
+    DefaultPayloadConverter,
+    JSONPlainPayloadConverter,
+)
+from temporalio.exceptions import ApplicationError
+
+from activities.errors import INVALID_INPUT
+from workflows import names
+from workflows.rollout import RolloutInput, RolloutResult, RolloutWorkflow
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """`field.path: message` for every problem, one line."""
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(root)"
+        problems.append(f"{where}: {err['msg']}")
+    return f"invalid {exc.title}: " + "; ".join(problems)
+
+
+class _ValidatingJSONConverter(PydanticJSONPlainPayloadConverter):
+    def from_payload(self, payload: temporalio.api.common.v1.Payload, type_hint: type | None = None) -> Any:
+        try:
+            return super().from_payload(payload, type_hint)
+        except ValidationError as exc:
+            raise ApplicationError(describe_validation_error(exc), type=INVALID_INPUT, non_retryable=True) from None
+
+
+class GymflowPayloadConverter(CompositePayloadConverter):
+    """temporalio's pydantic payload converter, with validation errors made workflow failures."""
+
+    def __init__(self) -> None:
+        json_converter = _ValidatingJSONConverter()
+        super().__init__(
+            *(
+                json_converter if isinstance(c, JSONPlainPayloadConverter) else c
+                for c in DefaultPayloadConverter.default_encoding_payload_converters
+            )
+        )
+
+
+DATA_CONVERTER = DataConverter(payload_converter_class=GymflowPayloadConverter)
+"""The one data converter of worker, CLI, SDK and tests."""
+
+
+async def connect(address: str = "localhost:7233", *, namespace: str = "default") -> Client:
+    """A Temporal client with gymflow's data converter."""
+    return await Client.connect(address, namespace=namespace, data_converter=DATA_CONVERTER)
+
+
+def rollout_id_for(task_id: str) -> str:
+    """A fresh workflow id for a rollout of `task_id`."""
+    return f"rollout-{task_id}-{uuid.uuid4().hex[:8]}"
+
+
+async def start_rollout(
+    client: Client,
+    input: RolloutInput,
+    *,
+    task_queue: str = names.TASK_QUEUE,
+    workflow_id: str | None = None,
+) -> WorkflowHandle[Any, RolloutResult]:
+    """Start a RolloutWorkflow; search attributes are set at start so the UI can filter at once."""
+    attrs: list[SearchAttributePair[Any]] = [
+        SearchAttributePair(names.SA_ENV, input.env),
+        SearchAttributePair(names.SA_MODEL, input.model.model or "default"),
+        SearchAttributePair(names.SA_STATUS, "running"),
+    ]
+    if input.batch_id:
+        attrs.append(SearchAttributePair(names.SA_BATCH, input.batch_id))
+    return await client.start_workflow(
+        RolloutWorkflow.run,
+        input,
+        id=workflow_id or rollout_id_for(input.task.id),
+        task_queue=task_queue,
+        search_attributes=TypedSearchAttributes(attrs),
+        memo={"task_id": input.task.id},
+        static_summary=f"{input.env} rollout of task {input.task.id}",
+    )
+
+
+async def run_rollout(
+    client: Client, input: RolloutInput, *, task_queue: str = names.TASK_QUEUE, workflow_id: str | None = None
+) -> RolloutResult:
+    """Run one rollout to completion and return its trajectory."""
+    handle = await start_rollout(client, input, task_queue=task_queue, workflow_id=workflow_id)
+    return await handle.result()
+
+
+async def run_rollouts(
+    client: Client,
+    inputs: Iterable[RolloutInput],
+    *,
+    task_queue: str = names.TASK_QUEUE,
+    concurrency: int = 64,
+) -> AsyncIterator[RolloutResult]:
+    """Run many rollouts with at most `concurrency` in flight; yields results as they finish."""
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def one(item: RolloutInput) -> RolloutResult:
+        async with semaphore:
+            return await run_rollout(client, item, task_queue=task_queue)
+
+    tasks = [asyncio.create_task(one(i)) for i in inputs]
+    try:
+        for next_done in asyncio.as_completed(tasks):
+            yield await next_done
+    finally:
+        for task in tasks:
+            task.cancel()

@@ -1,0 +1,61 @@
+"""One settings tree for every gymflow process, read from GYMFLOW_* environment variables.
+
+Parsed only in entry points (CLI, worker, server); library code takes keyword arguments.
+Secrets (the model API key) live here and nowhere else: they are read by the worker that calls
+the model and never enter workflow input or history.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import uuid
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from workflows.names import TASK_QUEUE
+
+
+def _default_node_id() -> str:
+    # Unique per process: a rollout's servers die with the process that started them, so a
+    # restarted worker is a new node, never a namesake that lacks the rollout's state.
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Settings(BaseSettings):
+    """gymflow configuration (env prefix GYMFLOW_, e.g. GYMFLOW_TEMPORAL_ADDRESS)."""
+
+    model_config = SettingsConfigDict(env_prefix="GYMFLOW_", extra="ignore")
+
+    temporal_address: str = "localhost:7233"
+    """host:port of the Temporal frontend."""
+    namespace: str = "default"
+    """Temporal namespace."""
+    task_queue: str = TASK_QUEUE
+    """Shared task queue for workflows, model calls and rollout initialisation."""
+    node_id: str = Field(default_factory=_default_node_id)
+    """This worker's node id; its private queue is `<task_queue>@<node_id>`."""
+    data_dir: Path = Path(".gymflow")
+    """Server database, logs and local results."""
+    workspace_root: Path = Field(default_factory=lambda: Path(tempfile.gettempdir()) / "gymflow-workspaces")
+    """Parent of per-rollout workspaces on this node."""
+    model_url: str | None = None
+    """Default OpenAI-compatible endpoint (…/v1) for rollouts whose input names none."""
+    model_name: str = ""
+    """Default model name sent to that endpoint."""
+    model_api_key: SecretStr | None = None
+    """API key for the model endpoint. Read by the worker only; never put in workflow input."""
+    max_concurrent_activities: int = 256
+    """Activity slots per worker (per queue)."""
+    max_concurrent_workflow_tasks: int = 64
+    """Workflow task slots per worker."""
+    ui_port: int = 8233
+    """Port of the Temporal Web UI of the embedded server."""
+
+    @property
+    def ui_url(self) -> str:
+        """Base URL of the Web UI for this namespace."""
+        return f"http://localhost:{self.ui_port}/namespaces/{self.namespace}"

@@ -1,0 +1,174 @@
+"""Running a batch of rollouts from the command line (`gymflow rollout`, `gymflow demo`).
+
+Brings up what is missing — the embedded Temporal server, a baseline policy endpoint, an
+in-process worker — runs the rollouts as workflows, and reports. Everything started here is
+real: the policy is served over HTTP, the worker polls Temporal like any other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from temporalio.client import Client
+
+from activities.model import ModelConfig
+from envs.contract import Task
+from envs.registry import env_class
+from workers import client as sdk
+from workers import server as embedded
+from workers.config import Settings
+from workers.policy_server import PolicyServer
+from workers.worker import running_worker
+from workflows.rollout import RolloutInput, RolloutLimits, RolloutResult
+
+
+@dataclass
+class BatchOptions:
+    """What `gymflow rollout` / `gymflow demo` run."""
+
+    env: str
+    n: int = 16
+    seed: int = 0
+    dataset: str = "generated"
+    model_url: str | None = None
+    model: str = ""
+    tool_format: str = "native"
+    policy: str = "default"
+    concurrency: int = 16
+    max_turns: int = 10
+    local_worker: bool = True
+    start_server: bool = False
+    batch_id: str = field(default_factory=lambda: f"batch-{uuid.uuid4().hex[:8]}")
+
+
+@dataclass
+class BatchReport:
+    """Results of a batch, with the ids needed to find it in the Web UI."""
+
+    batch_id: str
+    results: list[RolloutResult]
+    ui_url: str
+
+    @property
+    def rewards(self) -> list[float]:
+        return [r.reward.total for r in self.results if r.reward is not None]
+
+    def summary(self) -> dict[str, Any]:
+        rewards = self.rewards
+        return {
+            "batch_id": self.batch_id,
+            "rollouts": len(self.results),
+            "completed": sum(not r.infra_failed for r in self.results),
+            "infra_failed": sum(r.infra_failed for r in self.results),
+            "mean_reward": statistics.fmean(rewards) if rewards else math.nan,
+            "ui": self.ui_url,
+        }
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "workflow_id": r.rollout_id,
+                "task_id": r.task_id,
+                "reward": r.reward.total if r.reward else None,
+                "termination": r.termination.value,
+                "infra_failed": r.infra_failed,
+                "turns": r.turns,
+                "tool_calls": r.tool_calls,
+                "error": r.error,
+            }
+            for r in self.results
+        ]
+
+
+def load_tasks(options: BatchOptions) -> list[Task]:
+    """The tasks of the batch, from the env's dataset loader."""
+    cls = env_class(options.env)
+    tasks = list(cls.load_dataset(options.dataset, n=options.n, seed=options.seed))
+    return tasks[: options.n]
+
+
+@contextlib.asynccontextmanager
+async def _policy_endpoint(options: BatchOptions) -> AsyncIterator[str]:
+    if options.model_url:
+        yield options.model_url
+        return
+    policy = env_class(options.env).baseline_policy(options.policy)
+    async with PolicyServer(policy, host="127.0.0.1", port=0) as server:
+        yield server.url
+
+
+async def _client(settings: Settings, *, start_server: bool, out: TextIO) -> Client:
+    async def connect() -> Client:
+        return await sdk.connect(settings.temporal_address, namespace=settings.namespace)
+
+    try:
+        client = await embedded.wait_until_reachable(connect, timeout_s=1.0)
+    except embedded.ServerError:
+        if not start_server:
+            raise embedded.ServerError(
+                f"no Temporal server at {settings.temporal_address}: start one with `gymflow server`"
+            ) from None
+        host, _, port = settings.temporal_address.rpartition(":")
+        if host not in {"localhost", "127.0.0.1"}:
+            raise
+        pid = embedded.start_background(data_dir=settings.data_dir, port=int(port), ui_port=settings.ui_port)
+        print(f"started the embedded Temporal server (pid {pid}, data in {settings.data_dir})", file=out)
+        client = await embedded.wait_until_reachable(connect, timeout_s=60.0)
+    await embedded.register_search_attributes(client)
+    return client
+
+
+async def run_batch(options: BatchOptions, settings: Settings, *, out: TextIO = sys.stderr) -> BatchReport:
+    """Run the batch end to end and return its report; progress lines go to `out`."""
+    tasks = load_tasks(options)
+    client = await _client(settings, start_server=options.start_server, out=out)
+    async with contextlib.AsyncExitStack() as stack:
+        url = await stack.enter_async_context(_policy_endpoint(options))
+        if options.local_worker:
+            await stack.enter_async_context(running_worker(client, settings))
+        inputs = [
+            RolloutInput(
+                env=options.env,
+                task=task,
+                model=ModelConfig(base_url=url, model=options.model, tool_format=options.tool_format),
+                limits=RolloutLimits(max_turns=options.max_turns),
+                batch_id=options.batch_id,
+            )
+            for task in tasks
+        ]
+        results: list[RolloutResult] = []
+        async for result in sdk.run_rollouts(
+            client, inputs, task_queue=settings.task_queue, concurrency=options.concurrency
+        ):
+            results.append(result)
+            reward = f"{result.reward.total:.2f}" if result.reward else "infra-failed"
+            print(f"[{len(results)}/{len(inputs)}] {result.task_id}: reward {reward} ({result.termination})", file=out)
+    ui = f"{settings.ui_url}/workflows?query=GymflowBatch%3D%22{options.batch_id}%22"
+    return BatchReport(options.batch_id, results, ui)
+
+
+def format_table(report: BatchReport) -> str:
+    """A plain-text table of the batch for humans."""
+    rows = report.rows()
+    header = f"{'task':<16} {'reward':>6} {'turns':>5} {'tools':>5}  {'termination':<14} workflow"
+    lines = [header, "-" * len(header)]
+    for row in sorted(rows, key=lambda r: r["task_id"]):
+        reward = "-" if row["reward"] is None else f"{row['reward']:.2f}"
+        lines.append(
+            f"{row['task_id']:<16} {reward:>6} {row['turns']:>5} {row['tool_calls']:>5}  "
+            f"{row['termination']:<14} {row['workflow_id']}"
+        )
+    s = report.summary()
+    lines.append("-" * len(header))
+    lines.append(
+        f"{s['rollouts']} rollouts, {s['completed']} completed, {s['infra_failed']} infra-failed, "
+        f"mean reward {s['mean_reward']:.3f}"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,97 @@
+"""The gymflow worker: one process = one node.
+
+It polls two queues: the shared queue (workflows, model calls, rollout initialisation) and its
+own node queue (every env activity of the rollouts it initialised), so a rollout's server
+processes and workspace stay on the node that holds them. The Python SDK has no sessions;
+worker-specific task queues are Temporal's documented way to pin activities to a host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.env import EnvActivities
+from activities.model import ModelActivities
+from workers.config import Settings
+from workflows.names import node_queue
+from workflows.rollout import RolloutWorkflow
+
+log = logging.getLogger(__name__)
+
+WORKFLOWS: list[type] = [RolloutWorkflow]
+
+
+@dataclass
+class RunningWorker:
+    """Handles of a started worker, for tests and the demo."""
+
+    settings: Settings
+    node_queue: str
+    env: EnvActivities
+    model: ModelActivities
+
+    @property
+    def task_queue(self) -> str:
+        """The shared queue this worker polls."""
+        return self.settings.task_queue
+
+
+@contextlib.asynccontextmanager
+async def running_worker(
+    client: Client, settings: Settings, *, env_kwargs: Mapping[str, Mapping[str, Any]] | None = None
+) -> AsyncIterator[RunningWorker]:
+    """Run a worker (shared + node queue) until the block exits; frees every rollout on exit."""
+    queue = node_queue(settings.task_queue, settings.node_id)
+    env_activities = EnvActivities(
+        node_id=settings.node_id,
+        node_queue=queue,
+        workspace_root=settings.workspace_root / settings.node_id,
+        env_kwargs=env_kwargs,
+    )
+    api_key = settings.model_api_key.get_secret_value() if settings.model_api_key else None
+    model_activities = ModelActivities(
+        default_base_url=settings.model_url, default_model=settings.model_name, api_key=api_key
+    )
+    shared = Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=WORKFLOWS,
+        activities=[model_activities.generate, env_activities.init_rollout],
+        max_concurrent_activities=settings.max_concurrent_activities,
+        max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
+    )
+    node = Worker(
+        client,
+        task_queue=queue,
+        activities=[env_activities.call_tool, env_activities.compute_reward, env_activities.release_rollout],
+        max_concurrent_activities=settings.max_concurrent_activities,
+    )
+    try:
+        async with shared, node:
+            log.info("worker %s polling %s and %s", settings.node_id, settings.task_queue, queue)
+            yield RunningWorker(settings, queue, env_activities, model_activities)
+    finally:
+        await env_activities.shutdown()
+        await model_activities.aclose()
+
+
+async def run_worker(settings: Settings) -> None:
+    """Run a worker until SIGINT/SIGTERM (the `gymflow worker` command)."""
+    from workers.client import connect
+
+    client = await connect(settings.temporal_address, namespace=settings.namespace)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with running_worker(client, settings):
+        await stop.wait()

@@ -1,0 +1,1 @@
+"""Deterministic Temporal workflows: orchestration only, no I/O."""

@@ -1,0 +1,33 @@
+"""Names other tools rely on: task queues, workflow types, search attributes.
+
+These are a wire contract with the Temporal CLI, the Web UI and saved queries, so they are
+defined once here and never repeated as literals.
+"""
+
+from __future__ import annotations
+
+from temporalio.common import SearchAttributeKey
+
+TASK_QUEUE = "gymflow"
+"""Default shared task queue: workflows, model calls and rollout initialisation."""
+
+NODE_QUEUE_SEPARATOR = "@"
+"""A node's own queue is f"{shared queue}{NODE_QUEUE_SEPARATOR}{node id}"."""
+
+ROLLOUT_WORKFLOW = "RolloutWorkflow"
+GROUP_WORKFLOW = "GroupRolloutWorkflow"
+BATCH_WORKFLOW = "BatchRolloutWorkflow"
+
+SA_ENV = SearchAttributeKey.for_keyword("GymflowEnv")
+SA_STATUS = SearchAttributeKey.for_keyword("GymflowStatus")
+SA_REWARD = SearchAttributeKey.for_float("GymflowReward")
+SA_BATCH = SearchAttributeKey.for_keyword("GymflowBatch")
+SA_MODEL = SearchAttributeKey.for_keyword("GymflowModel")
+
+SEARCH_ATTRIBUTES = (SA_ENV, SA_STATUS, SA_REWARD, SA_BATCH, SA_MODEL)
+"""Every search attribute gymflow sets; `gymflow server` registers them."""
+
+
+def node_queue(task_queue: str, node_id: str) -> str:
+    """The task queue only the worker on `node_id` polls."""
+    return f"{task_queue}{NODE_QUEUE_SEPARATOR}{node_id}"

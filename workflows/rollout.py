@@ -1,0 +1,411 @@
+"""RolloutWorkflow: one agent rollout — model turns, tool calls, reward — as a durable workflow.
+
+Every model turn, tool call and reward is an activity, so a crashed worker or server loses
+nothing: the workflow resumes from history and completed calls are never run again. Env
+activities after `init_rollout` go to the node queue of the worker holding the rollout's
+servers. When that node is lost (schedule-to-start timeout) or the rollout's state is gone
+(RolloutNotFound, a dead server), the rollout is re-initialised elsewhere: stateless envs just
+continue, replayable envs get their recorded tool calls re-executed first, others end with a
+typed infra failure. Bad model output is data: it becomes an error observation, never a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import Field
+
+    from activities import errors
+    from activities.env import (
+        CallToolInput,
+        ComputeRewardInput,
+        EnvActivities,
+        InitRolloutInput,
+        ReleaseInput,
+        RolloutHandle,
+    )
+    from activities.model import GenerateInput, GenerateResult, ModelActivities, ModelConfig
+    from envs.contract import Message, Reward, Task, TerminationReason, ToolCall, ToolResult, Trajectory, Usage, Wire
+    from workflows import names
+
+
+class RolloutLimits(Wire):
+    """Budgets of one rollout."""
+
+    max_turns: int = Field(default=10, ge=1, le=1000)
+    """Model turns (generate calls) at most."""
+    max_tool_calls: int = Field(default=64, ge=0)
+    """Tool calls executed at most, over the whole rollout."""
+    max_context_tokens: int | None = Field(default=None, ge=1)
+    """Stop before a turn whose prompt would exceed this (None: rely on the endpoint's error)."""
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    """Stop once the model has generated this many tokens in total."""
+    max_tool_output_chars: int = Field(default=16_000, ge=256)
+    """Tool output longer than this is truncated with a visible marker."""
+    tool_timeout_s: float = Field(default=60.0, gt=0)
+    """Time limit of one tool call; a timeout is an error observation."""
+
+
+class RetrySettings(Wire):
+    """How hard Temporal tries before a rollout is declared an infra failure."""
+
+    model_attempts: int = Field(default=5, ge=1)
+    """Attempts per model turn (retryable errors only: connection, 408/409/429/5xx)."""
+    env_attempts: int = Field(default=3, ge=1)
+    """Attempts per env activity."""
+    node_timeout_s: float = Field(default=60.0, gt=0)
+    """A node that has not picked up a rollout's activity within this is presumed lost."""
+    max_recoveries: int = Field(default=2, ge=0)
+    """Re-initialisations after node/server loss before giving up."""
+
+
+class RolloutInput(Wire):
+    """Input of RolloutWorkflow."""
+
+    env: str
+    """Registered env name (see `gymflow envs`)."""
+    task: Task
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    limits: RolloutLimits = Field(default_factory=RolloutLimits)
+    retry: RetrySettings = Field(default_factory=RetrySettings)
+    rollout_id: str | None = None
+    """Default: the workflow id."""
+    batch_id: str | None = None
+    """Set by parent workflows; becomes the GymflowBatch search attribute."""
+
+
+RolloutResult = Trajectory
+"""Result of RolloutWorkflow: the full trajectory with reward and termination."""
+
+T = TypeVar("T")
+INIT_TIMEOUT = timedelta(minutes=2)
+REWARD_TIMEOUT = timedelta(minutes=10)
+RELEASE_TIMEOUT = timedelta(seconds=30)
+ENV_HEARTBEAT = timedelta(seconds=30)
+
+
+class _Stop(Exception):
+    """Unwinds the agent loop with a termination reason."""
+
+    def __init__(self, reason: TerminationReason, message: str | None = None) -> None:
+        super().__init__(message or reason.value)
+        self.reason = reason
+        self.message = message
+
+
+@workflow.defn(name=names.ROLLOUT_WORKFLOW)
+class RolloutWorkflow:
+    def __init__(self) -> None:
+        self._messages: list[Message] = []
+        self._usage = Usage()
+        self._turns = 0
+        self._tool_calls = 0
+        self._recoveries = 0
+        self._executed: list[ToolCall] = []
+        self._handle: RolloutHandle | None = None
+        self._budget_hit = False
+        self._pending_chars = 0
+        self._last_completion_tokens = 0
+
+    @workflow.query
+    def progress(self) -> dict[str, int]:
+        """Turns, tool calls and recoveries so far."""
+        return {"turns": self._turns, "tool_calls": self._tool_calls, "recoveries": self._recoveries}
+
+    @workflow.run
+    async def run(self, input: RolloutInput) -> RolloutResult:
+        self._input = input
+        self._rollout_id = input.rollout_id or workflow.info().workflow_id
+        model_name = input.model.model or "default"
+        workflow.upsert_search_attributes(
+            [
+                names.SA_ENV.value_set(input.env),
+                names.SA_MODEL.value_set(model_name),
+                names.SA_STATUS.value_set("running"),
+                *([names.SA_BATCH.value_set(input.batch_id)] if input.batch_id else []),
+            ]
+        )
+        workflow.upsert_memo({"task_id": input.task.id})
+        reward: Reward | None = None
+        try:
+            self._handle = await self._init(incarnation=0)
+            self._messages = [Message(role="system", content=self._handle.system_prompt)]
+            self._messages += input.task.opening_messages()
+            reason = await self._agent_loop()
+            reward = await self._on_node(self._reward)
+            stop = _Stop(reason)
+        except _Stop as exc:
+            stop = exc
+        except asyncio.CancelledError:
+            await self._release()
+            workflow.upsert_search_attributes([names.SA_STATUS.value_set("cancelled")])
+            raise
+        await self._release()
+        return self._finish(stop, reward)
+
+    # -- the agent loop ----------------------------------------------------------------------
+    async def _agent_loop(self) -> TerminationReason:
+        limits = self._input.limits
+        while self._turns < limits.max_turns:
+            self._check_context_budget()
+            result = await self._generate()
+            self._turns += 1
+            self._usage = Usage(
+                prompt_tokens=self._usage.prompt_tokens + result.usage.prompt_tokens,
+                completion_tokens=self._usage.completion_tokens + result.usage.completion_tokens,
+                last_prompt_tokens=result.usage.prompt_tokens,
+            )
+            self._last_completion_tokens = result.usage.completion_tokens
+            message = result.message
+            self._messages.append(message)
+            workflow.set_current_details(f"turn {self._turns}: {len(message.tool_calls)} tool call(s)")
+            if not message.tool_calls:
+                return TerminationReason.FINAL_ANSWER
+            self._pending_chars = 0
+            for call in message.tool_calls:
+                observation = await self._observe(call)
+                self._pending_chars += len(observation.content)
+                self._messages.append(observation)
+            if self._budget_hit:
+                return TerminationReason.TOOL_BUDGET
+            if limits.max_output_tokens is not None and self._usage.completion_tokens >= limits.max_output_tokens:
+                return TerminationReason.OUTPUT_BUDGET
+        return TerminationReason.MAX_TURNS
+
+    def _check_context_budget(self) -> None:
+        budget = self._input.limits.max_context_tokens
+        if budget is None or not self._turns:
+            return
+        # The next prompt is the last one plus what was added since: the reply and observations.
+        estimate = self._usage.last_prompt_tokens + self._last_completion_tokens + self._pending_chars // 4
+        if estimate + (self._input.model.max_tokens or 0) > budget:
+            raise _Stop(TerminationReason.CONTEXT_BUDGET)
+
+    async def _generate(self) -> GenerateResult:
+        input = self._input
+        assert self._handle is not None
+        try:
+            return await workflow.execute_activity_method(
+                ModelActivities.generate,
+                GenerateInput(
+                    model=input.model,
+                    messages=self._messages,
+                    tools=self._handle.tools,
+                    rollout_id=self._rollout_id,
+                    turn=self._turns,
+                ),
+                start_to_close_timeout=timedelta(seconds=input.model.request_timeout_s + 30),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1),
+                    maximum_interval=timedelta(seconds=30),
+                    maximum_attempts=input.retry.model_attempts,
+                    non_retryable_error_types=[errors.MODEL_REJECTED, errors.CONTEXT_LENGTH],
+                ),
+                summary=f"{input.model.model or 'model'} turn {self._turns + 1}",
+            )
+        except ActivityError as exc:
+            if _error_type(exc) == errors.CONTEXT_LENGTH:
+                raise _Stop(TerminationReason.CONTEXT_BUDGET) from exc
+            raise _Stop(TerminationReason.MODEL_ERROR, _describe(exc)) from exc
+
+    async def _observe(self, call: ToolCall) -> Message:
+        """The observation for one tool call; only well-formed calls of known tools reach the env."""
+        assert self._handle is not None
+        if call.parse_error is not None:
+            result = ToolResult(text=f"error: could not parse tool call: {call.parse_error}", is_error=True)
+        elif call.name not in {t.name for t in self._handle.tools}:
+            known = ", ".join(t.name for t in self._handle.tools)
+            result = ToolResult(text=f"error: unknown tool {call.name!r}; available tools: {known}", is_error=True)
+        elif self._tool_calls >= self._input.limits.max_tool_calls:
+            self._budget_hit = True
+            limit = self._input.limits.max_tool_calls
+            result = ToolResult(text=f"error: tool call budget exhausted ({limit} calls); not executed", is_error=True)
+        else:
+            self._tool_calls += 1
+            result = await self._on_node(lambda handle: self._call_tool(handle, call))
+            self._executed.append(call)
+        return Message(role="tool", content=result.text, tool_call_id=call.id, name=call.name, is_error=result.is_error)
+
+    # -- env activities ----------------------------------------------------------------------
+    async def _init(self, incarnation: int) -> RolloutHandle:
+        input = self._input
+        try:
+            return await workflow.execute_activity_method(
+                EnvActivities.init_rollout,
+                InitRolloutInput(env=input.env, rollout_id=self._rollout_id, incarnation=incarnation, task=input.task),
+                start_to_close_timeout=INIT_TIMEOUT,
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1),
+                    maximum_attempts=input.retry.env_attempts,
+                    non_retryable_error_types=[errors.ENV_CONFIG],
+                ),
+                summary=f"init {input.env} task {input.task.id}"
+                + (f" (recovery {incarnation})" if incarnation else ""),
+            )
+        except ActivityError as exc:
+            if _error_type(exc) == errors.ENV_CONFIG:
+                raise ApplicationError(_describe(exc), type=errors.INVALID_INPUT, non_retryable=True) from exc
+            raise _Stop(TerminationReason.ENV_ERROR, _describe(exc)) from exc
+
+    async def _call_tool(self, handle: RolloutHandle, call: ToolCall, *, replay: bool = False) -> ToolResult:
+        limits = self._input.limits
+        return await workflow.execute_activity_method(
+            EnvActivities.call_tool,
+            CallToolInput(
+                env=self._input.env,
+                state_key=handle.state_key,
+                call=call,
+                timeout_s=limits.tool_timeout_s,
+                max_output_chars=limits.max_tool_output_chars,
+            ),
+            task_queue=handle.node_queue,
+            schedule_to_start_timeout=timedelta(seconds=self._input.retry.node_timeout_s),
+            start_to_close_timeout=timedelta(seconds=limits.tool_timeout_s + 30),
+            heartbeat_timeout=ENV_HEARTBEAT,
+            retry_policy=self._env_retry(),
+            summary=("replay " if replay else "") + _call_summary(call),
+        )
+
+    async def _reward(self, handle: RolloutHandle) -> Reward:
+        try:
+            return await workflow.execute_activity_method(
+                EnvActivities.compute_reward,
+                ComputeRewardInput(
+                    env=self._input.env, state_key=handle.state_key, messages=self._messages, task=self._input.task
+                ),
+                task_queue=handle.node_queue,
+                schedule_to_start_timeout=timedelta(seconds=self._input.retry.node_timeout_s),
+                start_to_close_timeout=REWARD_TIMEOUT,
+                heartbeat_timeout=ENV_HEARTBEAT,
+                retry_policy=self._env_retry(),
+                summary=f"reward {self._input.env}",
+            )
+        except ActivityError as exc:
+            if _node_lost(exc):
+                raise
+            raise _Stop(TerminationReason.REWARD_ERROR, _describe(exc)) from exc
+
+    async def _release(self) -> None:
+        handle = self._handle
+        if handle is None:
+            return
+        self._handle = None
+        try:
+            await workflow.execute_activity_method(
+                EnvActivities.release_rollout,
+                ReleaseInput(env=self._input.env, state_key=handle.state_key),
+                task_queue=handle.node_queue,
+                schedule_to_start_timeout=timedelta(seconds=self._input.retry.node_timeout_s),
+                start_to_close_timeout=RELEASE_TIMEOUT,
+                retry_policy=RetryPolicy(maximum_attempts=2),
+                summary=f"release {self._input.env}",
+            )
+        except ActivityError as exc:  # the node's reaper frees what a lost node held
+            workflow.logger.warning("release of %s failed: %s", handle.state_key, _describe(exc))
+
+    async def _on_node(self, step: Callable[[RolloutHandle], Awaitable[T]]) -> T:
+        """Run an env step on the rollout's node, recovering the rollout if the node is lost."""
+        while True:
+            assert self._handle is not None
+            try:
+                return await step(self._handle)
+            except ActivityError as exc:
+                if not _node_lost(exc):
+                    raise _Stop(TerminationReason.ENV_ERROR, _describe(exc)) from exc
+                await self._recover(exc)
+
+    async def _recover(self, cause: ActivityError) -> None:
+        handle = self._handle
+        assert handle is not None
+        lost = _describe(cause)
+        reason = TerminationReason.NODE_LOST if _timed_out(cause) else TerminationReason.ENV_ERROR
+        if not (handle.stateless or handle.replayable):
+            raise _Stop(reason, f"{lost}; env {self._input.env} is neither stateless nor replayable")
+        if self._recoveries >= self._input.retry.max_recoveries:
+            raise _Stop(reason, f"{lost}; gave up after {self._recoveries} recoveries")
+        self._recoveries += 1
+        workflow.logger.warning("rollout %s lost its env (%s); recovering", self._rollout_id, lost)
+        if not _timed_out(cause):  # the node is alive, only the state is gone: free what is left
+            await self._release()
+        self._handle = await self._init(incarnation=self._recoveries)
+        if handle.replayable and not handle.stateless:
+            for call in self._executed:
+                await self._call_tool(self._handle, call, replay=True)
+
+    def _env_retry(self) -> RetryPolicy:
+        return RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            maximum_attempts=self._input.retry.env_attempts,
+            non_retryable_error_types=[
+                errors.ENV_CONFIG,
+                errors.ROLLOUT_NOT_FOUND,
+                errors.ENV_ERROR,
+                errors.REWARD_ERROR,
+            ],
+        )
+
+    def _finish(self, stop: _Stop, reward: Reward | None) -> RolloutResult:
+        infra = stop.reason.infra_failed
+        workflow.upsert_search_attributes(
+            [
+                names.SA_STATUS.value_set("infra_failed" if infra else "completed"),
+                *([names.SA_REWARD.value_set(reward.total)] if reward is not None and not infra else []),
+            ]
+        )
+        workflow.upsert_memo({"termination": stop.reason.value})
+        return Trajectory(
+            rollout_id=self._rollout_id,
+            task_id=self._input.task.id,
+            env=self._input.env,
+            model=self._input.model.model,
+            messages=self._messages,
+            reward=None if infra else reward,
+            termination=stop.reason,
+            infra_failed=infra,
+            error=stop.message if infra else None,
+            turns=self._turns,
+            tool_calls=self._tool_calls,
+            usage=self._usage,
+            recoveries=self._recoveries,
+        )
+
+
+def _error_type(exc: ActivityError) -> str | None:
+    cause = exc.cause
+    return cause.type if isinstance(cause, ApplicationError) else None
+
+
+def _timed_out(exc: ActivityError) -> bool:
+    cause = exc.cause
+    return isinstance(cause, TimeoutError) and cause.type in {TimeoutType.SCHEDULE_TO_START, TimeoutType.HEARTBEAT}
+
+
+def _node_lost(exc: ActivityError) -> bool:
+    """The rollout's env state is unreachable: its node is gone, or its state/server died."""
+    return _timed_out(exc) or _error_type(exc) in {errors.ROLLOUT_NOT_FOUND, errors.ENV_ERROR}
+
+
+def _describe(exc: ActivityError) -> str:
+    """`activity: root cause` for the trajectory's error field."""
+    cause: BaseException = exc
+    while cause.__cause__ is not None:
+        cause = cause.__cause__
+    detail = cause.message if isinstance(cause, ApplicationError | TimeoutError) else str(cause)
+    if isinstance(cause, TimeoutError) and cause.type is not None:
+        detail = f"{cause.type.name.lower()} timeout"
+    return f"{exc.activity_type}: {detail}"
+
+
+def _call_summary(call: ToolCall, limit: int = 120) -> str:
+    args = ", ".join(f"{k}={json.dumps(v, default=str)}" for k, v in call.arguments.items())
+    text = f"{call.name}({args})"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
