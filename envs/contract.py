@@ -44,6 +44,8 @@ class ToolSpec(Wire):
     """What the tool does, shown to the model."""
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     """JSON schema of the arguments object."""
+    server: str | None = None
+    """The MCP server providing the tool, for summaries and logs (never shown to the model)."""
 
     def to_openai(self) -> dict[str, Any]:
         """The tool in OpenAI `tools=[...]` function format."""

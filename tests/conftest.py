@@ -8,17 +8,16 @@ tests never pick up each other's work.
 from __future__ import annotations
 
 import shutil
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from support import make_settings
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from envs.math.policy import CalculatorPolicy
 from workers.client import DATA_CONVERTER
-from workers.config import Settings
 from workers.policy_server import PolicyServer
 from workers.server import temporal_binary
 from workers.worker import RunningWorker, running_worker
@@ -55,18 +54,6 @@ async def calculator_policy_url() -> AsyncIterator[str]:
     """The math env's baseline policy behind a real OpenAI-compatible HTTP endpoint."""
     async with PolicyServer(CalculatorPolicy(), host="127.0.0.1", port=0) as server:
         yield server.url
-
-
-def make_settings(tmp_path: Path, **overrides: object) -> Settings:
-    """Settings for a test worker: private queue, private workspace root."""
-    values: dict[str, object] = {
-        "task_queue": f"test-{uuid.uuid4().hex[:10]}",
-        "node_id": f"node-{uuid.uuid4().hex[:6]}",
-        "workspace_root": tmp_path / "workspaces",
-        "data_dir": tmp_path / "data",
-    }
-    values.update(overrides)
-    return Settings(**values)  # type: ignore[arg-type]
 
 
 @pytest.fixture

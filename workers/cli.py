@@ -169,3 +169,7 @@ def _batch(args: argparse.Namespace, settings: Settings) -> int:
         elif (settings.data_dir / "server.pid").is_file():
             print("The Temporal server keeps running for the UI; stop it with `gymflow server --stop`.")
     return 0 if report.summary()["infra_failed"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

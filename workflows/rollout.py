@@ -258,6 +258,7 @@ class RolloutWorkflow:
 
     async def _call_tool(self, handle: RolloutHandle, call: ToolCall, *, replay: bool = False) -> ToolResult:
         limits = self._input.limits
+        server = next((t.server for t in handle.tools if t.name == call.name), None)
         return await workflow.execute_activity_method(
             EnvActivities.call_tool,
             CallToolInput(
@@ -272,7 +273,7 @@ class RolloutWorkflow:
             start_to_close_timeout=timedelta(seconds=limits.tool_timeout_s + 30),
             heartbeat_timeout=ENV_HEARTBEAT,
             retry_policy=self._env_retry(),
-            summary=("replay " if replay else "") + _call_summary(call),
+            summary=("replay " if replay else "") + (f"{server}." if server else "") + _call_summary(call),
         )
 
     async def _reward(self, handle: RolloutHandle) -> Reward:

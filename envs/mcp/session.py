@@ -105,7 +105,7 @@ class McpSession:
     def tool_specs(self) -> list[ToolSpec]:
         """The allowed tools of this server as contract ToolSpecs."""
         return [
-            ToolSpec(name=t.name, description=t.description or "", input_schema=dict(t.input_schema))
+            ToolSpec(name=t.name, description=t.description or "", input_schema=dict(t.input_schema), server=self.name)
             for t in self.tools
         ]
 
