@@ -29,8 +29,19 @@ class UnknownEnvError(KeyError):
         return str(self.args[0]) if self.args else "unknown env"
 
 
+_registered: dict[str, type[BaseEnv]] = {}
+
+
+def register(name: str, cls: type[BaseEnv]) -> None:
+    """Register an env class under `name` in this process (e.g. in your own worker script)."""
+    if not (isinstance(cls, type) and issubclass(cls, BaseEnv)):
+        raise TypeError(f"{cls!r} is not a BaseEnv subclass")
+    _registered[name] = cls
+
+
 def _targets() -> dict[str, str]:
-    targets = dict(BUILTIN)
+    targets = {name: f"{cls.__module__}:{cls.__qualname__}" for name, cls in _registered.items()}
+    targets.update(BUILTIN)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         targets.setdefault(ep.name, ep.value)
     return targets
@@ -43,6 +54,8 @@ def available() -> list[str]:
 
 def env_class(name: str) -> type[BaseEnv]:
     """The env class registered as `name`."""
+    if name in _registered:
+        return _registered[name]
     target = _targets().get(name)
     if target is None:
         raise UnknownEnvError(f"unknown env {name!r}; available: {', '.join(available())}")

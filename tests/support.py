@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+from envs.contract import Message, Reward, ToolCall, ToolSpec
+from envs.mcp.env import McpEnv
+from envs.policy import Policy
+from envs.registry import register
 from workers.config import Settings
 
 
@@ -18,3 +24,52 @@ def make_settings(tmp_path: Path, **overrides: object) -> Settings:
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
+
+
+COUNTER_SERVER = Path(__file__).parent / "envs" / "mcp" / "counter_server.py"
+
+
+class CounterEnv(McpEnv):
+    """A stateful env (a counter server) that can NOT be rebuilt after losing its server."""
+
+    name = "counter"
+    mcp_servers = {"counter": {"command": "python", "args": [str(COUNTER_SERVER)], "tool_timeout_s": 5}}
+
+    async def compute_reward(
+        self, rollout_id: str, completion: list[Message], ground_truth: Any, **kwargs: Any
+    ) -> Reward:
+        """1 when the live counter equals the ground truth: the reward reads tool state."""
+        value = await self.run_tool(rollout_id, "get")
+        return Reward(total=float(value.text == str(ground_truth)), info={"counter": value.text})
+
+
+class ReplayableCounterEnv(CounterEnv):
+    """The same counter, declared replayable: re-running its increments rebuilds its state."""
+
+    name = "counter-replayable"
+    replayable = True
+
+
+register(CounterEnv.name, CounterEnv)
+register(ReplayableCounterEnv.name, ReplayableCounterEnv)
+
+
+class ScriptedPolicy(Policy):
+    """Plays a fixed list of assistant turns; `before_turn[i]` runs before turn i is answered."""
+
+    name = "scripted"
+
+    def __init__(self, turns: Sequence[Message], before_turn: dict[int, Callable[[], None]] | None = None) -> None:
+        self.turns = list(turns)
+        self.before_turn = before_turn or {}
+
+    def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
+        done = sum(m.role == "assistant" for m in messages)
+        if done in self.before_turn:
+            self.before_turn.pop(done)()
+        return self.turns[min(done, len(self.turns) - 1)]
+
+
+def call(name: str, arguments: dict[str, Any] | None = None, *, raw: str | None = None) -> ToolCall:
+    """A tool call with a fresh id."""
+    return ToolCall(id=f"c{uuid.uuid4().hex[:6]}", name=name, arguments=arguments or {}, raw_arguments=raw)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import statistics
 import sys
 import uuid
@@ -159,7 +160,7 @@ def format_table(report: BatchReport) -> str:
     rows = report.rows()
     header = f"{'task':<16} {'reward':>6} {'turns':>5} {'tools':>5}  {'termination':<14} workflow"
     lines = [header, "-" * len(header)]
-    for row in sorted(rows, key=lambda r: r["task_id"]):
+    for row in sorted(rows, key=lambda r: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", r["task_id"])]):
         reward = "-" if row["reward"] is None else f"{row['reward']:.2f}"
         lines.append(
             f"{row['task_id']:<16} {reward:>6} {row['turns']:>5} {row['tool_calls']:>5}  "

@@ -18,6 +18,7 @@ from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.env import EnvActivities
 from activities.model import ModelActivities
@@ -28,6 +29,14 @@ from workflows.rollout import RolloutWorkflow
 log = logging.getLogger(__name__)
 
 WORKFLOWS: list[type] = [RolloutWorkflow]
+
+# Modules the workflow sandbox shares with the host instead of re-importing per run: pydantic and
+# the wire types (heavy, and pure), and logging renderers that a host may have installed as log
+# handlers (rich imports lazily and touches os.getcwd, which the sandbox forbids).
+SANDBOX_PASSTHROUGH = ("pydantic", "pydantic_core", "annotated_types", "rich", "structlog", "envs", "activities")
+WORKFLOW_RUNNER = SandboxedWorkflowRunner(
+    restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
+)
 
 
 @dataclass
@@ -65,6 +74,7 @@ async def running_worker(
         client,
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
+        workflow_runner=WORKFLOW_RUNNER,
         activities=[model_activities.generate, env_activities.init_rollout],
         max_concurrent_activities=settings.max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,

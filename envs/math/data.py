@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,13 +91,14 @@ def _tree(rng: random.Random, ops: int) -> _Node:
     return _Node(left.value // divisor, "/", left, _Node(divisor))
 
 
-def generate_tasks(n: int, *, seed: int = 0, difficulty: int = 2, prefix: str = "math") -> list[Task]:
+def generate_tasks(n: int, *, seed: int = 0, difficulty: int | Sequence[int] = 2, prefix: str = "math") -> list[Task]:
     """Generate `n` arithmetic problems, reproducibly.
 
     Args:
         n: Number of tasks.
         seed: Same seed, same tasks (ids, prompts and answers).
-        difficulty: Number of binary operations in each expression (>= 1).
+        difficulty: Number of binary operations in each expression (>= 1); a sequence is
+            cycled through, task i getting ``difficulty[i % len(difficulty)]``.
         prefix: Task id prefix; ids are ``f"{prefix}-{seed}-{i}"``.
 
     Returns:
@@ -109,21 +111,23 @@ def generate_tasks(n: int, *, seed: int = 0, difficulty: int = 2, prefix: str = 
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
-    if difficulty < 1:
+    levels = [difficulty] if isinstance(difficulty, int) else list(difficulty)
+    if not levels or min(levels) < 1:
         raise ValueError(f"difficulty must be >= 1, got {difficulty}")
     tasks = []
     for i in range(n):
-        rng = random.Random(f"{seed}:{i}:{difficulty}")
-        tree = _tree(rng, difficulty)
+        level = levels[i % len(levels)]
+        rng = random.Random(f"{seed}:{i}:{level}")
+        tree = _tree(rng, level)
         while abs(tree.value) > _MAX_ABS_VALUE:  # rare with small leaves; keep numbers readable
-            tree = _tree(rng, difficulty)
+            tree = _tree(rng, level)
         expression = tree.render()
         tasks.append(
             Task(
                 id=f"{prefix}-{seed}-{i}",
                 prompt=f"{PROMPT_PREFIX}{expression}\n{PROMPT_SUFFIX}",
                 ground_truth=str(tree.value),
-                metadata={"difficulty": difficulty, "expression": expression, "source": "generated"},
+                metadata={"difficulty": level, "expression": expression, "source": "generated"},
             )
         )
     return tasks

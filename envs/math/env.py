@@ -35,11 +35,10 @@ class MathEnv(McpEnv):
 
     @classmethod
     def load_dataset(cls, name: str, **kwargs: Any) -> Iterable[Task]:
-        """`generated` (kwargs n, seed, difficulty) or the path of a JSONL file."""
+        """`generated` (kwargs n, seed, difficulty: default a mix of 1-4 operations) or a JSONL path."""
         if name == "generated":
-            return generate_tasks(
-                int(kwargs.get("n", 16)), seed=int(kwargs.get("seed", 0)), difficulty=int(kwargs.get("difficulty", 2))
-            )
+            difficulty = kwargs.get("difficulty", (1, 2, 3, 4))
+            return generate_tasks(int(kwargs.get("n", 16)), seed=int(kwargs.get("seed", 0)), difficulty=difficulty)
         return load_jsonl(Path(name))
 
     @classmethod

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Sequence
 
 import pytest
+from support import ScriptedPolicy, call
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from activities.model import ModelConfig
-from envs.contract import Message, TerminationReason, ToolCall, ToolSpec
+from envs.contract import Message, TerminationReason
 from envs.math.data import generate_tasks
-from envs.policy import Policy
 from workers.client import run_rollout, start_rollout
 from workers.policy_server import PolicyServer
 from workers.worker import RunningWorker
@@ -56,23 +54,6 @@ async def test_hermes_tool_format(client: Client, worker: RunningWorker, calcula
     result = await run_rollout(client, RolloutInput(env="math", task=task, model=model), task_queue=worker.task_queue)
     assert result.reward is not None and result.reward.total == 1.0
     assert result.tool_calls >= 1
-
-
-class ScriptedPolicy(Policy):
-    """Plays a fixed list of assistant turns, one per model call."""
-
-    name = "scripted"
-
-    def __init__(self, turns: Sequence[Message]) -> None:
-        self.turns = list(turns)
-
-    def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
-        done = sum(m.role == "assistant" for m in messages)
-        return self.turns[min(done, len(self.turns) - 1)]
-
-
-def call(name: str, arguments: dict[str, object] | None = None, *, raw: str | None = None) -> ToolCall:
-    return ToolCall(id=f"c{uuid.uuid4().hex[:6]}", name=name, arguments=arguments or {}, raw_arguments=raw)
 
 
 async def test_bad_model_output_becomes_error_observations(client: Client, worker: RunningWorker) -> None:

@@ -1,0 +1,140 @@
+"""A rollout whose MCP server dies mid-rollout: rebuilt when it can be, typed infra failure when
+not — never a silent reward of 0."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rich.logging import RichHandler
+from support import ScriptedPolicy, call
+from temporalio.client import Client
+
+from activities.model import ModelConfig
+from envs.contract import Message, Task, TerminationReason
+from envs.math.data import generate_tasks
+from envs.math.policy import CalculatorPolicy
+from envs.mcp.env import McpEnv
+from workers.client import run_rollout
+from workers.policy_server import PolicyServer
+from workers.worker import RunningWorker
+from workflows.rollout import RolloutInput
+
+
+@pytest.fixture
+def rich_root_logging() -> Iterator[None]:
+    handler = RichHandler()
+    logging.getLogger().addHandler(handler)
+    yield
+    logging.getLogger().removeHandler(handler)
+
+
+def kill_servers(worker: RunningWorker, env_name: str) -> None:
+    env = worker.env.env(env_name)
+    assert isinstance(env, McpEnv)
+    for rollout_id in env.live_rollouts():
+        for pid in env.server_pids(rollout_id).values():
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+
+
+def counter_script(worker: RunningWorker, env_name: str) -> ScriptedPolicy:
+    """increment 2, (server killed), increment 3, answer — the counter should end at 5."""
+    return ScriptedPolicy(
+        [
+            Message(role="assistant", tool_calls=[call("increment", {"by": 2})]),
+            Message(role="assistant", tool_calls=[call("increment", {"by": 3})]),
+            Message(role="assistant", content="done"),
+        ],
+        before_turn={1: lambda: kill_servers(worker, env_name)},
+    )
+
+
+async def test_replayable_env_rebuilds_state_on_a_fresh_server(client: Client, worker: RunningWorker) -> None:
+    env_name = "counter-replayable"
+    task = Task(id="count-to-5", prompt="count", ground_truth="5")
+    async with PolicyServer(counter_script(worker, env_name)) as server:
+        result = await run_rollout(
+            client,
+            RolloutInput(env=env_name, task=task, model=ModelConfig(base_url=server.url)),
+            task_queue=worker.task_queue,
+        )
+    assert result.termination == TerminationReason.FINAL_ANSWER and not result.infra_failed
+    assert result.recoveries == 1
+    assert result.reward is not None and result.reward.total == 1.0, result.reward
+    observations = [m.content for m in result.messages if m.role == "tool"]
+    assert observations == ["2", "5"]
+
+
+async def test_stateful_env_that_cannot_replay_ends_as_infra_failure(client: Client, worker: RunningWorker) -> None:
+    env_name = "counter"
+    task = Task(id="count-to-5", prompt="count", ground_truth="5")
+    async with PolicyServer(counter_script(worker, env_name)) as server:
+        result = await run_rollout(
+            client,
+            RolloutInput(env=env_name, task=task, model=ModelConfig(base_url=server.url)),
+            task_queue=worker.task_queue,
+        )
+    assert result.termination == TerminationReason.ENV_ERROR
+    assert result.infra_failed and result.reward is None
+    assert result.error and "exited" in result.error
+    assert worker.env.env(env_name).live_rollouts() == []  # type: ignore[attr-defined]
+
+
+async def test_stateless_env_continues_after_its_server_dies(
+    client: Client, worker: RunningWorker, rich_root_logging: None
+) -> None:
+    """Also a regression test: the recovery logs a warning from workflow code while the host has
+    a rich log handler installed (mcp servers install one); the sandbox must let it import."""
+    task = generate_tasks(1, seed=2, difficulty=3)[0]
+    policy = CalculatorPolicy()
+
+    class KillingPolicy(CalculatorPolicy):
+        turns = 0
+
+        def respond(self, messages, tools):  # type: ignore[no-untyped-def]
+            if sum(m.role == "assistant" for m in messages) == 1:
+                kill_servers(worker, "math")
+            return policy.respond(messages, tools)
+
+    async with PolicyServer(KillingPolicy()) as server:
+        result = await run_rollout(
+            client,
+            RolloutInput(env="math", task=task, model=ModelConfig(base_url=server.url)),
+            task_queue=worker.task_queue,
+        )
+    assert result.recoveries == 1 and not result.infra_failed
+    assert result.reward is not None and result.reward.total == 1.0
+
+
+async def test_executions_are_not_repeated_without_a_failure(client: Client, worker: RunningWorker) -> None:
+    """Completed tool calls run exactly once (counted on the server side)."""
+    task = Task(id="count-to-5", prompt="count", ground_truth="5")
+    script = ScriptedPolicy(
+        [
+            Message(role="assistant", tool_calls=[call("increment", {"by": 2}), call("increment", {"by": 3})]),
+            Message(role="assistant", content="done"),
+        ]
+    )
+    seen: list[str] = []
+    env = worker.env.env("counter")
+    assert isinstance(env, McpEnv)
+    original = env.compute_reward
+
+    async def spy(rollout_id, completion, ground_truth, **kwargs):  # type: ignore[no-untyped-def]
+        seen.extend(Path(env.workspace(rollout_id), "executions.log").read_text().splitlines())
+        return await original(rollout_id, completion, ground_truth, **kwargs)
+
+    env.compute_reward = spy  # type: ignore[method-assign]
+    async with PolicyServer(script) as server:
+        result = await run_rollout(
+            client,
+            RolloutInput(env="counter", task=task, model=ModelConfig(base_url=server.url)),
+            task_queue=worker.task_queue,
+        )
+    assert result.reward is not None and result.reward.total == 1.0
+    assert seen == ["increment 2", "increment 3"]
