@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from support import make_settings
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from envs.math.policy import CalculatorPolicy
+from support import make_settings
 from workers.client import DATA_CONVERTER
 from workers.policy_server import PolicyServer
 from workers.server import temporal_binary

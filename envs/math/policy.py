@@ -31,7 +31,6 @@ from mcp import Client
 from envs.contract import Message, Reward, Task, ToolCall, ToolSpec
 from envs.math.data import PROMPT_PREFIX
 from envs.math.rewards import answer_reward
-from envs.math.servers.calculator import server as calculator_server
 from envs.policy import Policy
 
 Value = int | float
@@ -262,6 +261,10 @@ async def play_tasks(policy: Policy, tasks: Sequence[Task], *, max_turns: int = 
     Returns:
         One `answer_reward` per task, in order.
     """
+    # Imported here, not at module top: building an MCPServer configures the process's root
+    # logging, which a policy module (imported by workers and the CLI) must not do.
+    from envs.math.servers.calculator import server as calculator_server
+
     async with Client(calculator_server) as client:
         return [
             answer_reward(await play(policy, task, client, max_turns=max_turns), task.ground_truth) for task in tasks

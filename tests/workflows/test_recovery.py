@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from rich.logging import RichHandler
-from support import ScriptedPolicy, call
 from temporalio.client import Client
 
 from activities.model import ModelConfig
@@ -19,6 +18,7 @@ from envs.contract import Message, Task, TerminationReason
 from envs.math.data import generate_tasks
 from envs.math.policy import CalculatorPolicy
 from envs.mcp.env import McpEnv
+from support import ScriptedPolicy, call
 from workers.client import run_rollout
 from workers.policy_server import PolicyServer
 from workers.worker import RunningWorker

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import ScriptedPolicy, call
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from activities.model import ModelConfig
 from envs.contract import Message, TerminationReason
 from envs.math.data import generate_tasks
+from support import ScriptedPolicy, call
 from workers.client import run_rollout, start_rollout
 from workers.policy_server import PolicyServer
 from workers.worker import RunningWorker

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
-from support import make_settings
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from activities.model import ModelConfig
 from envs.math.data import generate_tasks
 from envs.math.policy import CalculatorPolicy
+from support import make_settings
 from workers.client import run_rollout, start_rollout
 from workers.policy_server import AppServer, build_app
 from workers.server import temporal_binary
