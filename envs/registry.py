@@ -19,6 +19,7 @@ ENTRY_POINT_GROUP = "gymflow.envs"
 
 BUILTIN: dict[str, str] = {
     "math": "envs.math.env:MathEnv",
+    "units": "envs.examples.units:UnitsEnv",
 }
 
 

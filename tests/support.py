@@ -33,7 +33,14 @@ class CounterEnv(McpEnv):
     """A stateful env (a counter server) that can NOT be rebuilt after losing its server."""
 
     name = "counter"
-    mcp_servers = {"counter": {"command": "python", "args": [str(COUNTER_SERVER)], "tool_timeout_s": 5}}
+    mcp_servers = {
+        "counter": {
+            "command": "python",
+            "args": [str(COUNTER_SERVER)],
+            "tool_timeout_s": 10,
+            "tool_timeouts": {"sleep": 1.0},
+        }
+    }
 
     async def compute_reward(
         self, rollout_id: str, completion: list[Message], ground_truth: Any, **kwargs: Any
@@ -50,7 +57,15 @@ class ReplayableCounterEnv(CounterEnv):
     replayable = True
 
 
+class SlowCounterEnv(CounterEnv):
+    """The counter with a `sleep` tool allowed to run for ten minutes (a long tool call)."""
+
+    name = "counter-slow"
+    mcp_servers = {"counter": {"command": "python", "args": [str(COUNTER_SERVER)], "tool_timeout_s": 600}}
+
+
 register(CounterEnv.name, CounterEnv)
+register(SlowCounterEnv.name, SlowCounterEnv)
 register(ReplayableCounterEnv.name, ReplayableCounterEnv)
 
 

@@ -110,7 +110,8 @@ class RolloutWorkflow:
         self._turns = 0
         self._tool_calls = 0
         self._recoveries = 0
-        self._executed: list[ToolCall] = []
+        self._executed: list[tuple[ToolCall, ToolResult]] = []
+        """Successful tool calls and their results, in order: what a replay re-runs and checks."""
         self._handle: RolloutHandle | None = None
         self._budget_hit = False
         self._pending_chars = 0
@@ -232,7 +233,8 @@ class RolloutWorkflow:
         else:
             self._tool_calls += 1
             result = await self._on_node(lambda handle: self._call_tool(handle, call))
-            self._executed.append(call)
+            if not result.is_error:
+                self._executed.append((call, result))
         return Message(role="tool", content=result.text, tool_call_id=call.id, name=call.name, is_error=result.is_error)
 
     # -- env activities ----------------------------------------------------------------------
@@ -339,8 +341,27 @@ class RolloutWorkflow:
             await self._release()
         self._handle = await self._init(incarnation=self._recoveries)
         if handle.replayable and not handle.stateless:
-            for call in self._executed:
-                await self._call_tool(self._handle, call, replay=True)
+            await self._replay()
+
+    async def _replay(self) -> None:
+        """Re-run the successful tool calls on the fresh instance; they must give the same results.
+
+        Failed calls are not replayed (a hung or refused call is presumed to have changed nothing).
+        A replayed call whose result differs means the env did not rebuild its state: stop, rather
+        than train on a trajectory whose observations no longer match the env.
+        """
+        assert self._handle is not None
+        for index, (call, recorded) in enumerate(self._executed):
+            try:
+                replayed = await self._call_tool(self._handle, call, replay=True)
+            except ActivityError as exc:
+                raise _Stop(TerminationReason.ENV_ERROR, f"replay failed: {_describe(exc)}") from exc
+            if replayed.text != recorded.text or replayed.is_error:
+                raise _Stop(
+                    TerminationReason.ENV_ERROR,
+                    f"replay diverged at tool call {index} ({call.name}): {recorded.text[:80]!r} became "
+                    f"{replayed.text[:80]!r}",
+                )
 
     def _env_retry(self) -> RetryPolicy:
         return RetryPolicy(

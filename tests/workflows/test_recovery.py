@@ -3,15 +3,18 @@ not — never a silent reward of 0."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from rich.logging import RichHandler
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import CancelledError
 
 from activities.model import ModelConfig
 from envs.contract import Message, Task, TerminationReason
@@ -19,9 +22,10 @@ from envs.math.data import generate_tasks
 from envs.math.policy import CalculatorPolicy
 from envs.mcp.env import McpEnv
 from support import ScriptedPolicy, call
-from workers.client import run_rollout
+from workers.client import run_rollout, start_rollout
 from workers.policy_server import PolicyServer
 from workers.worker import RunningWorker
+from workflows.names import SA_STATUS
 from workflows.rollout import RolloutInput
 
 
@@ -138,3 +142,52 @@ async def test_executions_are_not_repeated_without_a_failure(client: Client, wor
         )
     assert result.reward is not None and result.reward.total == 1.0
     assert seen == ["increment 2", "increment 3"]
+
+
+async def test_hung_tool_times_out_and_the_rollout_goes_on(client: Client, worker: RunningWorker) -> None:
+    """A tool that hangs: error observation within its timeout, server killed, state rebuilt."""
+    task = Task(id="count-to-5", prompt="count", ground_truth="5")
+    script = ScriptedPolicy(
+        [
+            Message(role="assistant", tool_calls=[call("increment", {"by": 2})]),
+            Message(role="assistant", tool_calls=[call("sleep", {"seconds": 3600})]),
+            Message(role="assistant", tool_calls=[call("increment", {"by": 3})]),
+            Message(role="assistant", content="done"),
+        ]
+    )
+    async with PolicyServer(script) as server:
+        result = await run_rollout(
+            client,
+            RolloutInput(env="counter-replayable", task=task, model=ModelConfig(base_url=server.url)),
+            task_queue=worker.task_queue,
+        )
+    observations = [m for m in result.messages if m.role == "tool"]
+    assert observations[1].is_error and "timed out after 1s" in observations[1].content
+    assert result.recoveries == 1 and not result.infra_failed
+    assert result.reward is not None and result.reward.total == 1.0
+
+
+async def test_cancelled_rollout_releases_its_server(client: Client, worker: RunningWorker) -> None:
+    env = worker.env.env("counter-slow")
+    assert isinstance(env, McpEnv)
+    script = ScriptedPolicy([Message(role="assistant", tool_calls=[call("sleep", {"seconds": 600})])])
+    async with PolicyServer(script) as server:
+        handle = await start_rollout(
+            client,
+            RolloutInput(env="counter-slow", task=Task(id="t", prompt="p"), model=ModelConfig(base_url=server.url)),
+            task_queue=worker.task_queue,
+        )
+        deadline = time.monotonic() + 30
+        while not any(env.server_pids(r) for r in env.live_rollouts()):
+            assert time.monotonic() < deadline, "the rollout's server never started"
+            await asyncio.sleep(0.05)
+        (rollout,) = env.live_rollouts()
+        pid = env.server_pids(rollout)["counter"]
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+    assert isinstance(info.value.cause, CancelledError)
+    assert env.live_rollouts() == []
+    assert pid is not None and not Path(f"/proc/{pid}").exists()
+    described = await handle.describe()
+    assert described.typed_search_attributes.get(SA_STATUS) == "cancelled"
