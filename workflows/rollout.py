@@ -15,11 +15,11 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import Field
@@ -195,7 +195,7 @@ class RolloutWorkflow:
         input = self._input
         assert self._handle is not None
         try:
-            return await workflow.execute_activity_method(
+            return await _execute(
                 ModelActivities.generate,
                 GenerateInput(
                     model=input.model,
@@ -241,7 +241,7 @@ class RolloutWorkflow:
     async def _init(self, incarnation: int) -> RolloutHandle:
         input = self._input
         try:
-            return await workflow.execute_activity_method(
+            return await _execute(
                 EnvActivities.init_rollout,
                 InitRolloutInput(env=input.env, rollout_id=self._rollout_id, incarnation=incarnation, task=input.task),
                 start_to_close_timeout=INIT_TIMEOUT,
@@ -261,7 +261,7 @@ class RolloutWorkflow:
     async def _call_tool(self, handle: RolloutHandle, call: ToolCall, *, replay: bool = False) -> ToolResult:
         limits = self._input.limits
         server = next((t.server for t in handle.tools if t.name == call.name), None)
-        return await workflow.execute_activity_method(
+        return await _execute(
             EnvActivities.call_tool,
             CallToolInput(
                 env=self._input.env,
@@ -280,7 +280,7 @@ class RolloutWorkflow:
 
     async def _reward(self, handle: RolloutHandle) -> Reward:
         try:
-            return await workflow.execute_activity_method(
+            return await _execute(
                 EnvActivities.compute_reward,
                 ComputeRewardInput(
                     env=self._input.env, state_key=handle.state_key, messages=self._messages, task=self._input.task
@@ -303,7 +303,7 @@ class RolloutWorkflow:
             return
         self._handle = None
         try:
-            await workflow.execute_activity_method(
+            await _execute(
                 EnvActivities.release_rollout,
                 ReleaseInput(env=self._input.env, state_key=handle.state_key),
                 task_queue=handle.node_queue,
@@ -399,6 +399,21 @@ class RolloutWorkflow:
             usage=self._usage,
             recoveries=self._recoveries,
         )
+
+
+async def _execute(method: Callable[..., Awaitable[T]], arg: Any, **options: Any) -> T:
+    """Run an activity; a cancelled activity re-raises as the workflow's own cancellation.
+
+    Depending on timing, cancelling the workflow surfaces either as asyncio.CancelledError or as
+    an ActivityError caused by CancelledError; the agent loop must see one thing, or a cancelled
+    rollout would be recorded as an env failure.
+    """
+    try:
+        return await workflow.execute_activity_method(method, arg, **options)
+    except ActivityError as exc:
+        if isinstance(exc.cause, CancelledError):
+            raise asyncio.CancelledError from exc
+        raise
 
 
 def _error_type(exc: ActivityError) -> str | None:
