@@ -7,11 +7,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from envs.contract import Message, Reward, ToolCall, ToolSpec
+from temporalio.client import Client
+
+from activities.model import ModelConfig
+from envs.contract import Message, Reward, Task, ToolCall, ToolSpec
 from envs.mcp.env import McpEnv
 from envs.policy import Policy
 from envs.registry import register
+from workers.client import run_rollout
 from workers.config import Settings
+from workers.policy_server import PolicyServer
+from workers.worker import RunningWorker
+from workflows.rollout import RolloutInput, RolloutResult
 
 
 def make_settings(tmp_path: Path, **overrides: object) -> Settings:
@@ -88,3 +95,15 @@ class ScriptedPolicy(Policy):
 def call(name: str, arguments: dict[str, Any] | None = None, *, raw: str | None = None) -> ToolCall:
     """A tool call with a fresh id."""
     return ToolCall(id=f"c{uuid.uuid4().hex[:6]}", name=name, arguments=arguments or {}, raw_arguments=raw)
+
+
+async def play(
+    client: Client, worker: RunningWorker, policy: Policy, *, env: str, task: Task, **fields: Any
+) -> RolloutResult:
+    """Serve `policy` over real HTTP and run one rollout of `task` on `worker` against it."""
+    async with PolicyServer(policy) as server:
+        return await run_rollout(
+            client,
+            RolloutInput(env=env, task=task, model=ModelConfig(base_url=server.url), **fields),
+            task_queue=worker.task_queue,
+        )

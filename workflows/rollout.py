@@ -12,14 +12,13 @@ typed infra failure. Bad model output is data: it becomes an error observation, 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import Field
@@ -36,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.model import GenerateInput, GenerateResult, ModelActivities, ModelConfig
     from envs.contract import Message, Reward, Task, TerminationReason, ToolCall, ToolResult, Trajectory, Usage, Wire
     from workflows import names
+    from workflows.activity_calls import call_summary, describe, error_type, execute, node_lost, timed_out
 
 
 class RolloutLimits(Wire):
@@ -195,7 +195,7 @@ class RolloutWorkflow:
         input = self._input
         assert self._handle is not None
         try:
-            return await _execute(
+            return await execute(
                 ModelActivities.generate,
                 GenerateInput(
                     model=input.model,
@@ -214,9 +214,9 @@ class RolloutWorkflow:
                 summary=f"{input.model.model or 'model'} turn {self._turns + 1}",
             )
         except ActivityError as exc:
-            if _error_type(exc) == errors.CONTEXT_LENGTH:
+            if error_type(exc) == errors.CONTEXT_LENGTH:
                 raise _Stop(TerminationReason.CONTEXT_BUDGET) from exc
-            raise _Stop(TerminationReason.MODEL_ERROR, _describe(exc)) from exc
+            raise _Stop(TerminationReason.MODEL_ERROR, describe(exc)) from exc
 
     async def _observe(self, call: ToolCall) -> Message:
         """The observation for one tool call; only well-formed calls of known tools reach the env."""
@@ -241,7 +241,7 @@ class RolloutWorkflow:
     async def _init(self, incarnation: int) -> RolloutHandle:
         input = self._input
         try:
-            return await _execute(
+            return await execute(
                 EnvActivities.init_rollout,
                 InitRolloutInput(env=input.env, rollout_id=self._rollout_id, incarnation=incarnation, task=input.task),
                 start_to_close_timeout=INIT_TIMEOUT,
@@ -254,14 +254,14 @@ class RolloutWorkflow:
                 + (f" (recovery {incarnation})" if incarnation else ""),
             )
         except ActivityError as exc:
-            if _error_type(exc) == errors.ENV_CONFIG:
-                raise ApplicationError(_describe(exc), type=errors.INVALID_INPUT, non_retryable=True) from exc
-            raise _Stop(TerminationReason.ENV_ERROR, _describe(exc)) from exc
+            if error_type(exc) == errors.ENV_CONFIG:
+                raise ApplicationError(describe(exc), type=errors.INVALID_INPUT, non_retryable=True) from exc
+            raise _Stop(TerminationReason.ENV_ERROR, describe(exc)) from exc
 
     async def _call_tool(self, handle: RolloutHandle, call: ToolCall, *, replay: bool = False) -> ToolResult:
         limits = self._input.limits
         server = next((t.server for t in handle.tools if t.name == call.name), None)
-        return await _execute(
+        return await execute(
             EnvActivities.call_tool,
             CallToolInput(
                 env=self._input.env,
@@ -275,12 +275,12 @@ class RolloutWorkflow:
             start_to_close_timeout=timedelta(seconds=limits.tool_timeout_s + 30),
             heartbeat_timeout=ENV_HEARTBEAT,
             retry_policy=self._env_retry(),
-            summary=("replay " if replay else "") + (f"{server}." if server else "") + _call_summary(call),
+            summary=("replay " if replay else "") + (f"{server}." if server else "") + call_summary(call),
         )
 
     async def _reward(self, handle: RolloutHandle) -> Reward:
         try:
-            return await _execute(
+            return await execute(
                 EnvActivities.compute_reward,
                 ComputeRewardInput(
                     env=self._input.env, state_key=handle.state_key, messages=self._messages, task=self._input.task
@@ -293,9 +293,9 @@ class RolloutWorkflow:
                 summary=f"reward {self._input.env}",
             )
         except ActivityError as exc:
-            if _node_lost(exc):
+            if node_lost(exc):
                 raise
-            raise _Stop(TerminationReason.REWARD_ERROR, _describe(exc)) from exc
+            raise _Stop(TerminationReason.REWARD_ERROR, describe(exc)) from exc
 
     async def _release(self) -> None:
         handle = self._handle
@@ -303,7 +303,7 @@ class RolloutWorkflow:
             return
         self._handle = None
         try:
-            await _execute(
+            await execute(
                 EnvActivities.release_rollout,
                 ReleaseInput(env=self._input.env, state_key=handle.state_key),
                 task_queue=handle.node_queue,
@@ -313,7 +313,7 @@ class RolloutWorkflow:
                 summary=f"release {self._input.env}",
             )
         except ActivityError as exc:  # the node's reaper frees what a lost node held
-            workflow.logger.warning("release of %s failed: %s", handle.state_key, _describe(exc))
+            workflow.logger.warning("release of %s failed: %s", handle.state_key, describe(exc))
 
     async def _on_node(self, step: Callable[[RolloutHandle], Awaitable[T]]) -> T:
         """Run an env step on the rollout's node, recovering the rollout if the node is lost."""
@@ -322,22 +322,22 @@ class RolloutWorkflow:
             try:
                 return await step(self._handle)
             except ActivityError as exc:
-                if not _node_lost(exc):
-                    raise _Stop(TerminationReason.ENV_ERROR, _describe(exc)) from exc
+                if not node_lost(exc):
+                    raise _Stop(TerminationReason.ENV_ERROR, describe(exc)) from exc
                 await self._recover(exc)
 
     async def _recover(self, cause: ActivityError) -> None:
         handle = self._handle
         assert handle is not None
-        lost = _describe(cause)
-        reason = TerminationReason.NODE_LOST if _timed_out(cause) else TerminationReason.ENV_ERROR
+        lost = describe(cause)
+        reason = TerminationReason.NODE_LOST if timed_out(cause) else TerminationReason.ENV_ERROR
         if not (handle.stateless or handle.replayable):
             raise _Stop(reason, f"{lost}; env {self._input.env} is neither stateless nor replayable")
         if self._recoveries >= self._input.retry.max_recoveries:
             raise _Stop(reason, f"{lost}; gave up after {self._recoveries} recoveries")
         self._recoveries += 1
         workflow.logger.warning("rollout %s lost its env (%s); recovering", self._rollout_id, lost)
-        if not _timed_out(cause):  # the node is alive, only the state is gone: free what is left
+        if not timed_out(cause):  # the node is alive, only the state is gone: free what is left
             await self._release()
         self._handle = await self._init(incarnation=self._recoveries)
         if handle.replayable and not handle.stateless:
@@ -355,7 +355,7 @@ class RolloutWorkflow:
             try:
                 replayed = await self._call_tool(self._handle, call, replay=True)
             except ActivityError as exc:
-                raise _Stop(TerminationReason.ENV_ERROR, f"replay failed: {_describe(exc)}") from exc
+                raise _Stop(TerminationReason.ENV_ERROR, f"replay failed: {describe(exc)}") from exc
             if replayed.text != recorded.text or replayed.is_error:
                 raise _Stop(
                     TerminationReason.ENV_ERROR,
@@ -399,50 +399,3 @@ class RolloutWorkflow:
             usage=self._usage,
             recoveries=self._recoveries,
         )
-
-
-async def _execute(method: Callable[..., Awaitable[T]], arg: Any, **options: Any) -> T:
-    """Run an activity; a cancelled activity re-raises as the workflow's own cancellation.
-
-    Depending on timing, cancelling the workflow surfaces either as asyncio.CancelledError or as
-    an ActivityError caused by CancelledError; the agent loop must see one thing, or a cancelled
-    rollout would be recorded as an env failure.
-    """
-    try:
-        return await workflow.execute_activity_method(method, arg, **options)
-    except ActivityError as exc:
-        if isinstance(exc.cause, CancelledError):
-            raise asyncio.CancelledError from exc
-        raise
-
-
-def _error_type(exc: ActivityError) -> str | None:
-    cause = exc.cause
-    return cause.type if isinstance(cause, ApplicationError) else None
-
-
-def _timed_out(exc: ActivityError) -> bool:
-    cause = exc.cause
-    return isinstance(cause, TimeoutError) and cause.type in {TimeoutType.SCHEDULE_TO_START, TimeoutType.HEARTBEAT}
-
-
-def _node_lost(exc: ActivityError) -> bool:
-    """The rollout's env state is unreachable: its node is gone, or its state/server died."""
-    return _timed_out(exc) or _error_type(exc) in {errors.ROLLOUT_NOT_FOUND, errors.ENV_ERROR}
-
-
-def _describe(exc: ActivityError) -> str:
-    """`activity: root cause` for the trajectory's error field."""
-    cause: BaseException = exc
-    while cause.__cause__ is not None:
-        cause = cause.__cause__
-    detail = cause.message if isinstance(cause, ApplicationError | TimeoutError) else str(cause)
-    if isinstance(cause, TimeoutError) and cause.type is not None:
-        detail = f"{cause.type.name.lower()} timeout"
-    return f"{exc.activity_type}: {detail}"
-
-
-def _call_summary(call: ToolCall, limit: int = 120) -> str:
-    args = ", ".join(f"{k}={json.dumps(v, default=str)}" for k, v in call.arguments.items())
-    text = f"{call.name}({args})"
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -21,8 +21,8 @@ from envs.contract import Message, Task, TerminationReason
 from envs.math.data import generate_tasks
 from envs.math.policy import CalculatorPolicy
 from envs.mcp.env import McpEnv
-from support import ScriptedPolicy, call
-from workers.client import run_rollout, start_rollout
+from support import ScriptedPolicy, call, play
+from workers.client import start_rollout
 from workers.policy_server import PolicyServer
 from workers.worker import RunningWorker
 from workflows.names import SA_STATUS
@@ -61,12 +61,7 @@ def counter_script(worker: RunningWorker, env_name: str) -> ScriptedPolicy:
 async def test_replayable_env_rebuilds_state_on_a_fresh_server(client: Client, worker: RunningWorker) -> None:
     env_name = "counter-replayable"
     task = Task(id="count-to-5", prompt="count", ground_truth="5")
-    async with PolicyServer(counter_script(worker, env_name)) as server:
-        result = await run_rollout(
-            client,
-            RolloutInput(env=env_name, task=task, model=ModelConfig(base_url=server.url)),
-            task_queue=worker.task_queue,
-        )
+    result = await play(client, worker, counter_script(worker, env_name), env=env_name, task=task)
     assert result.termination == TerminationReason.FINAL_ANSWER and not result.infra_failed
     assert result.recoveries == 1
     assert result.reward is not None and result.reward.total == 1.0, result.reward
@@ -77,12 +72,7 @@ async def test_replayable_env_rebuilds_state_on_a_fresh_server(client: Client, w
 async def test_stateful_env_that_cannot_replay_ends_as_infra_failure(client: Client, worker: RunningWorker) -> None:
     env_name = "counter"
     task = Task(id="count-to-5", prompt="count", ground_truth="5")
-    async with PolicyServer(counter_script(worker, env_name)) as server:
-        result = await run_rollout(
-            client,
-            RolloutInput(env=env_name, task=task, model=ModelConfig(base_url=server.url)),
-            task_queue=worker.task_queue,
-        )
+    result = await play(client, worker, counter_script(worker, env_name), env=env_name, task=task)
     assert result.termination == TerminationReason.ENV_ERROR
     assert result.infra_failed and result.reward is None
     assert result.error and "exited" in result.error
@@ -105,12 +95,7 @@ async def test_stateless_env_continues_after_its_server_dies(
                 kill_servers(worker, "math")
             return policy.respond(messages, tools)
 
-    async with PolicyServer(KillingPolicy()) as server:
-        result = await run_rollout(
-            client,
-            RolloutInput(env="math", task=task, model=ModelConfig(base_url=server.url)),
-            task_queue=worker.task_queue,
-        )
+    result = await play(client, worker, KillingPolicy(), env="math", task=task)
     assert result.recoveries == 1 and not result.infra_failed
     assert result.reward is not None and result.reward.total == 1.0
 
@@ -134,12 +119,7 @@ async def test_executions_are_not_repeated_without_a_failure(client: Client, wor
         return await original(rollout_id, completion, ground_truth, **kwargs)
 
     env.compute_reward = spy  # type: ignore[method-assign]
-    async with PolicyServer(script) as server:
-        result = await run_rollout(
-            client,
-            RolloutInput(env="counter", task=task, model=ModelConfig(base_url=server.url)),
-            task_queue=worker.task_queue,
-        )
+    result = await play(client, worker, script, env="counter", task=task)
     assert result.reward is not None and result.reward.total == 1.0
     assert seen == ["increment 2", "increment 3"]
 
@@ -155,12 +135,7 @@ async def test_hung_tool_times_out_and_the_rollout_goes_on(client: Client, worke
             Message(role="assistant", content="done"),
         ]
     )
-    async with PolicyServer(script) as server:
-        result = await run_rollout(
-            client,
-            RolloutInput(env="counter-replayable", task=task, model=ModelConfig(base_url=server.url)),
-            task_queue=worker.task_queue,
-        )
+    result = await play(client, worker, script, env="counter-replayable", task=task)
     observations = [m for m in result.messages if m.role == "tool"]
     assert observations[1].is_error and "timed out after 1s" in observations[1].content
     assert result.recoveries == 1 and not result.infra_failed
