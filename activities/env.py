@@ -40,7 +40,7 @@ from envs.contract import (
     ToolSpec,
     Wire,
 )
-from envs.registry import UnknownEnvError, env_class
+from envs.registry import EnvFileError, UnknownEnvError, env_class, storage_name
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -81,6 +81,13 @@ class ComputeRewardInput(Wire):
     task: Task
 
 
+class GroupRewardInput(Wire):
+    env: str
+    rollout_ids: list[str]
+    completions: list[list[Message]]
+    tasks: list[Task]
+
+
 class ReleaseInput(Wire):
     env: str
     state_key: str
@@ -111,11 +118,15 @@ class EnvActivities:
         node_queue: str,
         workspace_root: Path,
         env_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+        common_env_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         self.node_id = node_id
         self.node_queue = node_queue
         self.workspace_root = workspace_root
         self._env_kwargs = dict(env_kwargs or {})
+        # Node-wide settings every env gets (e.g. the MCP warm pool size); BaseEnv accepts and
+        # ignores what it does not use, and per-env kwargs override them.
+        self._common_env_kwargs = dict(common_env_kwargs or {})
         self._envs: dict[str, BaseEnv] = {}
 
     def env(self, name: str) -> BaseEnv:
@@ -124,9 +135,10 @@ class EnvActivities:
         if env is None:
             try:
                 cls = env_class(name)
-            except UnknownEnvError as exc:
+            except (UnknownEnvError, EnvFileError) as exc:
                 raise errors.non_retryable(str(exc), type=errors.ENV_CONFIG) from exc
-            env = cls(workspace_root=self.workspace_root / name, **self._env_kwargs.get(name, {}))
+            kwargs = {**self._common_env_kwargs, **self._env_kwargs.get(name, {})}
+            env = cls(workspace_root=self.workspace_root / storage_name(name), **kwargs)
             self._envs[name] = env
         return env
 
@@ -201,6 +213,23 @@ class EnvActivities:
             raise  # typed by its own boundary (a judge endpoint, storage)
         except (ValidationError, ValueError, TypeError) as exc:
             raise errors.non_retryable(f"invalid reward from {input.env}: {exc}", type=errors.REWARD_ERROR) from exc
+
+    @activity.defn(name="compute_group_reward")
+    async def compute_group_reward(self, input: GroupRewardInput) -> list[dict[str, float]]:
+        """Score a group of finished rollouts jointly (runs on any node: needs no rollout state)."""
+        env = self.env(input.env)
+        truths = [t.ground_truth for t in input.tasks]
+        rows = await _with_heartbeat(
+            env.compute_group_reward(input.rollout_ids, input.completions, truths, tasks=input.tasks)
+        )
+        try:
+            if len(rows) != len(input.rollout_ids):
+                raise ValueError(f"returned {len(rows)} reward dicts for {len(input.rollout_ids)} rollouts")  # noqa: TRY301
+            return [Reward.of(row).components if row else {} for row in rows]
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise errors.non_retryable(
+                f"invalid group reward from {input.env}: {exc}", type=errors.REWARD_ERROR
+            ) from exc
 
     @activity.defn(name="release_rollout")
     async def release_rollout(self, input: ReleaseInput) -> None:

@@ -18,6 +18,15 @@ MODEL_REJECTED = "ModelRequestRejected"
 CONTEXT_LENGTH = "ContextLengthExceeded"
 """Non-retryable: the prompt no longer fits the model's context window."""
 
+# LLM judge
+JUDGE_ERROR = "JudgeError"
+"""Retryable: the judge endpoint failed (connection, timeouts, 408/409/429/5xx, not a completion)."""
+JUDGE_REJECTED = "JudgeRequestRejected"
+"""Non-retryable: any other 4xx, or no judge endpoint configured."""
+JUDGE_REPLY_INVALID = "JudgeReplyInvalid"
+"""Retryable (a sampled judge may answer better next time; the RetryPolicy bounds the attempts):
+the judge's reply has no usable scores. Name it in `non_retryable_error_types` for a greedy judge."""
+
 # Environments
 ENV_ERROR = "EnvError"
 """Retryable failure of the env machinery (server crashed while starting, ...)."""
@@ -36,10 +45,15 @@ INVALID_INPUT = "InvalidInput"
 STORAGE_ERROR = "StorageError"
 
 
+def retryable(message: str, *, type: str, retry_after: float | None = None) -> ApplicationError:
+    """A failure a later attempt may not have, after the server's Retry-After when it gave one."""
+    delay = timedelta(seconds=retry_after) if retry_after is not None else None
+    return ApplicationError(message, type=type, next_retry_delay=delay)
+
+
 def model_error(message: str, *, retry_after: float | None = None) -> ApplicationError:
     """A retryable model failure, honouring the server's Retry-After when it gave one."""
-    delay = timedelta(seconds=retry_after) if retry_after is not None else None
-    return ApplicationError(message, type=MODEL_ERROR, next_retry_delay=delay)
+    return retryable(message, type=MODEL_ERROR, retry_after=retry_after)
 
 
 def non_retryable(message: str, *, type: str) -> ApplicationError:

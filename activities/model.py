@@ -13,6 +13,10 @@ help (see `activities.errors`):
 
 `ModelConfig` travels in workflow input and history, so it holds no secrets: the API key is worker
 configuration, passed to `ModelActivities`, and scrubbed from every error message.
+
+The HTTP half (`ChatEndpoint`: the owned client, the key, heartbeats and the error mapping) is
+shared with the judge activity (`activities.judge`), which maps the same failures to its own
+error types (`EndpointErrors`).
 """
 
 from __future__ import annotations
@@ -22,13 +26,14 @@ import email.utils
 import math
 import time
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import httpx
 from pydantic import Field
 from temporalio import activity
 
-from activities.errors import CONTEXT_LENGTH, MODEL_REJECTED, model_error, non_retryable
+from activities.errors import CONTEXT_LENGTH, MODEL_ERROR, MODEL_REJECTED, non_retryable, retryable
 from envs import chat
 from envs.contract import Message, ToolSpec, Usage, Wire
 
@@ -103,6 +108,146 @@ class GenerateResult(Wire):
     """The model name the server reported."""
 
 
+@dataclass(frozen=True)
+class EndpointErrors:
+    """How one OpenAI-compatible boundary names its failures (see the module docstring)."""
+
+    retryable: str
+    """ApplicationError type of failures a later attempt may not have."""
+    rejected: str
+    """ApplicationError type of requests the endpoint will never accept."""
+    name: str
+    """The endpoint's name in messages (``model``, ``judge``)."""
+    url_source: str
+    """Where its URL comes from, named when the URL is missing or invalid."""
+
+
+MODEL_ENDPOINT = EndpointErrors(
+    retryable=MODEL_ERROR,
+    rejected=MODEL_REJECTED,
+    name="model",
+    url_source="ModelConfig.base_url or the worker's default model URL",
+)
+
+
+class ChatEndpoint:
+    """POSTs to OpenAI-compatible ``/chat/completions`` endpoints with gymflow's error mapping.
+
+    Args:
+        errors: The error types to raise.
+        api_key: Sent as ``Authorization: Bearer``; never logged or put in errors.
+        http: A client to use instead of the owned one (tests); the caller closes it.
+    """
+
+    def __init__(self, *, errors: EndpointErrors, api_key: str | None = None, http: httpx.AsyncClient | None) -> None:
+        self.errors = errors
+        self._api_key = api_key
+        self._owns_http = http is None
+        self._http = http or httpx.AsyncClient(
+            # retries=0: Temporal owns retries. No pool cap: the worker's activity slots bound it.
+            transport=httpx.AsyncHTTPTransport(retries=0),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+        )
+
+    async def aclose(self) -> None:
+        """Close the owned HTTP client (a client passed in is left to its owner)."""
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def complete(self, base_url: str | None, body: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
+        """One chat completion, heartbeating while it runs (see `_heartbeating`).
+
+        Args:
+            base_url: The endpoint including ``/v1``; None or empty is a rejected request.
+            body: The request body.
+            timeout_s: Seconds to wait for the answer (connecting: at most 30).
+
+        Returns:
+            The response body, checked to have the shape of a chat completion
+            (``choices[0].message`` an object).
+
+        Raises:
+            ApplicationError: ``errors.retryable`` for connection failures, timeouts, HTTP
+                408/409/429/5xx (with Retry-After as ``next_retry_delay``) and a 200 that is not a
+                chat completion; non-retryable ``CONTEXT_LENGTH`` for a 400 about the context
+                length; non-retryable ``errors.rejected`` for other 4xx and missing or invalid URLs.
+        """
+        name, source = self.errors.name, self.errors.url_source
+        if not base_url:
+            raise non_retryable(f"no {name} endpoint: set {source}", type=self.errors.rejected)
+        url = base_url.rstrip("/") + "/chat/completions"
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 30.0))
+        try:
+            response = await _heartbeating(self._http.post(url, json=body, headers=headers, timeout=timeout))
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:  # a bad URL will not get better
+            raise non_retryable(
+                self.scrub(f"invalid {name} endpoint {url!r} ({source}): {exc}"), type=self.errors.rejected
+            ) from None
+        except httpx.TransportError as exc:  # connect/read/write errors and timeouts
+            raise retryable(
+                self.scrub(f"{name} request to {url} failed: {type(exc).__name__}: {exc}"), type=self.errors.retryable
+            ) from None
+        status = response.status_code
+        excerpt = self.scrub(" ".join(response.text.split())[:_EXCERPT_CHARS])
+        if not response.is_success:
+            error = f"{name} endpoint returned HTTP {status}: {excerpt}"
+            if status in _RETRYABLE_STATUS or status >= 500:
+                retry_after = _retry_after(response.headers.get("retry-after"))
+                raise retryable(error, type=self.errors.retryable, retry_after=retry_after)
+            if status == 400 and any(marker in response.text.lower() for marker in _CONTEXT_MARKERS):
+                raise non_retryable(error, type=CONTEXT_LENGTH)
+            raise non_retryable(error, type=self.errors.rejected)
+        completion = _completion(response)
+        if completion is None:
+            # Retried, not rejected: a 200 that is not a chat completion is usually a proxy or load
+            # balancer answering for a server that is restarting, which a later attempt outlives.
+            raise retryable(
+                f"{name} endpoint returned a 200 that is not a chat completion: {excerpt}", type=self.errors.retryable
+            )
+        return completion
+
+    def scrub(self, text: str) -> str:
+        """Remove the API key from text that may end up in an error (servers echo headers)."""
+        return text.replace(self._api_key, "***") if self._api_key else text
+
+
+def chat_body(
+    config: ModelConfig, messages: list[dict[str, Any]], *, default_model: str = "", tools: Any = None
+) -> dict[str, Any]:
+    """A chat completion request: messages, model name, tools, the sampling settings that are set,
+    and `ModelConfig.extra_body` merged in last."""
+    body: dict[str, Any] = {"messages": messages}
+    model = config.model or default_model
+    if model:  # vLLM and SGLang serve their only model when none is named
+        body["model"] = model
+    if tools is not None:
+        body["tools"] = tools
+    sampling = {
+        "temperature": config.temperature,
+        "top_p": config.top_p,
+        "max_tokens": config.max_tokens,
+        "seed": config.seed,
+        "stop": config.stop,
+    }
+    body.update((key, value) for key, value in sampling.items() if value is not None)
+    body.update(config.extra_body)
+    return body
+
+
+def completion_usage(completion: dict[str, Any]) -> Usage:
+    """The token counts of a chat completion (0 where the server left them out)."""
+    usage = completion.get("usage")
+    if not isinstance(usage, dict):  # some servers leave usage out
+        usage = {}
+    prompt_tokens = _int(usage.get("prompt_tokens"))
+    return Usage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=_int(usage.get("completion_tokens")),
+        last_prompt_tokens=prompt_tokens,
+    )
+
+
 class ModelActivities:
     """Activities for OpenAI-compatible chat endpoints (vLLM, SGLang, OpenAI, the policy server).
 
@@ -123,18 +268,11 @@ class ModelActivities:
     ) -> None:
         self._default_base_url = default_base_url
         self._default_model = default_model
-        self._api_key = api_key
-        self._owns_http = http is None
-        self._http = http or httpx.AsyncClient(
-            # retries=0: Temporal owns retries. No pool cap: the worker's activity slots bound it.
-            transport=httpx.AsyncHTTPTransport(retries=0),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-        )
+        self._endpoint = ChatEndpoint(errors=MODEL_ENDPOINT, api_key=api_key, http=http)
 
     async def aclose(self) -> None:
         """Close the owned HTTP client (a client passed in is left to its owner)."""
-        if self._owns_http:
-            await self._http.aclose()
+        await self._endpoint.aclose()
 
     @activity.defn(name="generate")
     async def generate(self, input: GenerateInput) -> GenerateResult:
@@ -145,85 +283,23 @@ class ModelActivities:
                 (non-retryable); see the module docstring.
         """
         config = input.model
-        base_url = config.base_url or self._default_base_url
-        if not base_url:
-            raise non_retryable(
-                "no model endpoint: set ModelConfig.base_url or the worker's default model URL",
-                type=MODEL_REJECTED,
-            )
-        url = base_url.rstrip("/") + "/chat/completions"
-        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        timeout = httpx.Timeout(config.request_timeout_s, connect=min(config.request_timeout_s, 30.0))
-        try:
-            response = await _heartbeating(
-                self._http.post(url, json=self._request_body(input), headers=headers, timeout=timeout)
-            )
-        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:  # a bad URL will not get better
-            raise non_retryable(
-                self._scrub(f"invalid model endpoint {url!r} (ModelConfig.base_url or the worker default): {exc}"),
-                type=MODEL_REJECTED,
-            ) from None
-        except httpx.TransportError as exc:  # connect/read/write errors and timeouts
-            raise model_error(self._scrub(f"model request to {url} failed: {type(exc).__name__}: {exc}")) from None
-        return self._result(input, response)
-
-    def _request_body(self, request: GenerateInput) -> dict[str, Any]:
-        config = request.model
-        body: dict[str, Any] = {"messages": chat.render_messages(request.messages, request.tools, config.tool_format)}
-        model = config.model or self._default_model
-        if model:  # vLLM and SGLang serve their only model when none is named
-            body["model"] = model
-        tools = chat.render_tools(request.tools, config.tool_format)
-        if tools is not None:
-            body["tools"] = tools
-        sampling = {
-            "temperature": config.temperature,
-            "top_p": config.top_p,
-            "max_tokens": config.max_tokens,
-            "seed": config.seed,
-            "stop": config.stop,
-        }
-        body.update((key, value) for key, value in sampling.items() if value is not None)
-        body.update(config.extra_body)
-        return body
-
-    def _result(self, request: GenerateInput, response: httpx.Response) -> GenerateResult:
-        status = response.status_code
-        excerpt = self._scrub(" ".join(response.text.split())[:_EXCERPT_CHARS])
-        if not response.is_success:
-            error = f"model endpoint returned HTTP {status}: {excerpt}"
-            if status in _RETRYABLE_STATUS or status >= 500:
-                raise model_error(error, retry_after=_retry_after(response.headers.get("retry-after")))
-            if status == 400 and any(marker in response.text.lower() for marker in _CONTEXT_MARKERS):
-                raise non_retryable(error, type=CONTEXT_LENGTH)
-            raise non_retryable(error, type=MODEL_REJECTED)
-        body = _completion(response)
-        if body is None:
-            # Retried, not rejected: a 200 that is not a chat completion is usually a proxy or load
-            # balancer answering for a server that is restarting, which a later attempt outlives.
-            raise model_error(f"model endpoint returned a 200 that is not a chat completion: {excerpt}")
-        choice = body["choices"][0]
-        message = chat.parse_assistant_message(
-            choice["message"], request.model.tool_format, id_prefix=f"call_{request.turn}"
+        body = chat_body(
+            config,
+            chat.render_messages(input.messages, input.tools, config.tool_format),
+            default_model=self._default_model,
+            tools=chat.render_tools(input.tools, config.tool_format),
         )
-        usage = body.get("usage")
-        if not isinstance(usage, dict):  # some servers leave usage out
-            usage = {}
-        prompt_tokens = _int(usage.get("prompt_tokens"))
+        completion = await self._endpoint.complete(
+            config.base_url or self._default_base_url, body, timeout_s=config.request_timeout_s
+        )
+        choice = completion["choices"][0]
+        message = chat.parse_assistant_message(choice["message"], config.tool_format, id_prefix=f"call_{input.turn}")
         return GenerateResult(
             message=message,
             finish_reason=str(choice.get("finish_reason") or ""),
-            usage=Usage(
-                prompt_tokens=prompt_tokens,
-                completion_tokens=_int(usage.get("completion_tokens")),
-                last_prompt_tokens=prompt_tokens,
-            ),
-            model=str(body.get("model") or request.model.model or self._default_model),
+            usage=completion_usage(completion),
+            model=str(completion.get("model") or config.model or self._default_model),
         )
-
-    def _scrub(self, text: str) -> str:
-        """Remove the API key from text that may end up in an error (servers echo headers)."""
-        return text.replace(self._api_key, "***") if self._api_key else text
 
 
 async def _heartbeating(awaitable: Awaitable[_T]) -> _T:

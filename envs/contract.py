@@ -110,6 +110,26 @@ class Task(Wire):
         return list(self.prompt)
 
 
+class ToolAttachment(Wire):
+    """Binary content a tool returned (an image, audio, a blob resource), never dropped silently.
+
+    Small content is kept inline as base64 `data`; content over the env's inline cap is written
+    to a file in the rollout's workspace instead and referenced by `workspace_path`, readable by
+    the reward and `copy_from_workspace` while the rollout lives.
+    """
+
+    kind: Literal["image", "audio", "resource"]
+    mime_type: str = "application/octet-stream"
+    size_bytes: int = Field(ge=0)
+    """Decoded size of the content."""
+    data: str | None = None
+    """Base64 content, when kept inline."""
+    workspace_path: str | None = None
+    """Path relative to the rollout's workspace, when the content was saved there instead."""
+    uri: str | None = None
+    """The resource's URI, for embedded resources."""
+
+
 class ToolResult(Wire):
     """What a tool call produced, as the model will see it."""
 
@@ -121,6 +141,8 @@ class ToolResult(Wire):
     """Structured content, when the tool returned some."""
     truncated_chars: int = 0
     """How many characters of output were cut by the output policy."""
+    attachments: list[ToolAttachment] = Field(default_factory=list)
+    """Images, audio and blobs the tool returned; `text` names each one where it appeared."""
 
 
 class Reward(Wire):

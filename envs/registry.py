@@ -5,13 +5,18 @@ A third-party package registers an env with
     [project.entry-points."gymflow.envs"]
     myenv = "my_package.env:MyEnv"
 
-Classes are imported lazily, so a worker only pays for the envs it runs.
+A name ending in .yaml/.yml/.json is an env file (envs.mcp.envfile): the env is identified by
+that path, so the CLI and every worker resolve the same name to the same class. Classes are
+imported lazily, so a worker only pays for the envs it runs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import re
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from envs.contract import BaseEnv
 
@@ -19,6 +24,7 @@ ENTRY_POINT_GROUP = "gymflow.envs"
 
 BUILTIN: dict[str, str] = {
     "math": "envs.math.env:MathEnv",
+    "sheets": "envs.sheets.env:SheetsEnv",
     "units": "envs.examples.units:UnitsEnv",
 }
 
@@ -30,7 +36,25 @@ class UnknownEnvError(KeyError):
         return str(self.args[0]) if self.args else "unknown env"
 
 
+class EnvFileError(ValueError):
+    """An env file is missing or invalid; the message names the file and the key at fault."""
+
+
 _registered: dict[str, type[BaseEnv]] = {}
+ENV_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def is_env_file(name: str) -> bool:
+    """Whether `name` names an env file rather than a registered env."""
+    return name.lower().endswith(ENV_FILE_SUFFIXES)
+
+
+def storage_name(name: str) -> str:
+    """A directory name for env `name`'s files on a worker (env-file paths contain slashes)."""
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) and not is_env_file(name):
+        return name
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "_", Path(name).stem)[:40]
+    return f"file-{stem}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
 
 
 def register(name: str, cls: type[BaseEnv]) -> None:
@@ -54,9 +78,18 @@ def available() -> list[str]:
 
 
 def env_class(name: str) -> type[BaseEnv]:
-    """The env class registered as `name`."""
+    """The env class registered as `name`, or built from the env file `name`.
+
+    Raises:
+        UnknownEnvError: Nothing is registered under `name`.
+        EnvFileError: `name` is an env file that is missing or invalid.
+    """
     if name in _registered:
         return _registered[name]
+    if is_env_file(name):
+        from envs.mcp.envfile import env_class_from_file
+
+        return env_class_from_file(Path(name))
     target = _targets().get(name)
     if target is None:
         raise UnknownEnvError(f"unknown env {name!r}; available: {', '.join(available())}")

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import operator
 import uuid
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from temporalio.client import Client
 
 from activities.model import ModelConfig
-from envs.contract import Message, Reward, Task, ToolCall, ToolSpec
+from envs.contract import BaseEnv, Message, Reward, Task, ToolCall, ToolResult, ToolSpec
+from envs.math.data import generate_tasks
+from envs.math.rewards import answer_reward
 from envs.mcp.env import McpEnv
 from envs.policy import Policy
 from envs.registry import register
@@ -28,6 +32,7 @@ def make_settings(tmp_path: Path, **overrides: object) -> Settings:
         "node_id": f"node-{uuid.uuid4().hex[:6]}",
         "workspace_root": tmp_path / "workspaces",
         "data_dir": tmp_path / "data",
+        "mcp_pool_size": 0,  # cold starts: fewer background processes on the 2-core box; pool tests opt in
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
@@ -107,3 +112,37 @@ async def play(
             RolloutInput(env=env, task=task, model=ModelConfig(base_url=server.url), **fields),
             task_queue=worker.task_queue,
         )
+
+
+class InProcessMathEnv(BaseEnv):
+    """The math env's tools as plain Python (no MCP process): cheap rollouts for load tests."""
+
+    name = "math-inproc"
+    system_prompt = "Use the tools for every step. Answer as <answer>NUMBER</answer>."
+    stateless = True
+    OPS: ClassVar[dict[str, Callable[[Fraction, Fraction], Fraction]]] = {
+        "add": operator.add,
+        "subtract": operator.sub,
+        "multiply": operator.mul,
+        "divide": operator.truediv,
+    }
+
+    async def list_tools(self) -> list[ToolSpec]:
+        schema = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}
+        return [ToolSpec(name=name, input_schema=schema) for name in self.OPS]
+
+    async def run_tool(self, rollout_id: str, tool_name: str, /, **tool_args: Any) -> ToolResult:
+        value = self.OPS[tool_name](Fraction(str(tool_args["a"])), Fraction(str(tool_args["b"])))
+        return ToolResult(text=str(value.numerator) if value.denominator == 1 else str(float(value)))
+
+    async def compute_reward(
+        self, rollout_id: str, completion: list[Message], ground_truth: Any, **kwargs: Any
+    ) -> Reward:
+        return answer_reward(completion, ground_truth)
+
+    @classmethod
+    def load_dataset(cls, name: str, **kwargs: Any) -> list[Task]:
+        return generate_tasks(int(kwargs.get("n", 16)), seed=int(kwargs.get("seed", 0)), difficulty=(1, 2, 3))
+
+
+register(InProcessMathEnv.name, InProcessMathEnv)

@@ -10,8 +10,9 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from envs.registry import available, env_class
+from envs.registry import EnvFileError, UnknownEnvError, available, env_class
 from workers import server as embedded
 from workers.config import Settings
 
@@ -49,6 +50,22 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, help="server data directory (GYMFLOW_DATA_DIR)")
 
 
+def _deploy_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`gymflow deploy workers|down`: worker fleets on SkyPilot or as local processes."""
+    p = sub.add_parser("deploy", help="launch or stop a worker fleet (SkyPilot, or local processes)")
+    dsub = p.add_subparsers(dest="deploy_command", required=True)
+    for name, text in (("workers", "start N worker nodes"), ("down", "stop the fleet")):
+        d = dsub.add_parser(name, help=text)
+        _common(d)
+        d.add_argument("--backend", choices=["skypilot", "local"], default="skypilot")
+        d.add_argument("--cluster", default="gymflow-workers", help="SkyPilot cluster name")
+        if name == "workers":
+            d.add_argument("--nodes", type=int, default=1, help="number of worker nodes")
+            d.add_argument("--infra", help="SkyPilot infra (aws, gcp/us-central1, k8s, ...)")
+            d.add_argument("--task-file", type=Path, help="SkyPilot task YAML (default: deploy/workers.yaml)")
+            d.add_argument("--dryrun", action="store_true", help="print the task, launch nothing")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="gymflow", description=__doc__)
@@ -76,6 +93,24 @@ def build_parser() -> argparse.ArgumentParser:
     _batch_args(p, n=1)
     p.add_argument("--no-worker", action="store_true", help="rely on running workers instead of an in-process one")
 
+    p = sub.add_parser("eval", help="evaluate a policy (vs a baseline) with bootstrap confidence intervals")
+    _common(p)
+    p.add_argument("env", help="env name")
+    p.add_argument("--policy", required=True, help="an OpenAI-compatible URL (…/v1) or a baseline policy name")
+    p.add_argument("--baseline", help="a second policy to compare against (URL or baseline name)")
+    p.add_argument("--n", type=int, default=32, help="number of tasks")
+    p.add_argument("--samples", type=int, default=1, help="samples per task (for pass@k)")
+    p.add_argument("--dataset", default="generated")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", default="", help="model name sent to the endpoint")
+    p.add_argument("--tool-format", choices=["native", "hermes"], default="native")
+    p.add_argument("--window", type=int, default=64, help="rollouts in flight per batch")
+    p.add_argument("--max-turns", type=int, default=10)
+    p.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
+    p.add_argument("--out", type=Path, help="report directory (default: <data dir>/evals/<batch id>)")
+    p.add_argument("--no-worker", action="store_true", help="rely on running workers instead of an in-process one")
+    p.add_argument("--json", action="store_true", help="print the report summary as JSON")
+
     p = sub.add_parser("policy", help="baseline policies")
     psub = p.add_subparsers(dest="policy_command", required=True)
     serve = psub.add_parser("serve", help="serve an env's baseline policy as an OpenAI-compatible endpoint")
@@ -84,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
 
+    _deploy_args(sub)
     sub.add_parser("envs", help="list the registered envs")
     return parser
 
@@ -94,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
         return _dispatch(args)
-    except embedded.ServerError as exc:
+    except (embedded.ServerError, UnknownEnvError, EnvFileError) as exc:
         print(f"gymflow: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -116,6 +152,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.command == "server":
         return _server(args, settings)
+    if args.command == "deploy":
+        return _deploy(args, settings)
+    if args.command == "eval":
+        return _eval(args, settings)
     if args.command == "worker":
         from workers.worker import run_worker
 
@@ -169,6 +209,74 @@ def _batch(args: argparse.Namespace, settings: Settings) -> int:
         elif (settings.data_dir / "server.pid").is_file():
             print("The Temporal server keeps running for the UI; stop it with `gymflow server --stop`.")
     return 0 if report.summary()["infra_failed"] == 0 else 1
+
+
+def _eval(args: argparse.Namespace, settings: Settings) -> int:
+    from workers.evaluate import EvalOptions, run_eval
+
+    options = EvalOptions(
+        env=args.env,
+        policy=args.policy,
+        baseline=args.baseline,
+        n=args.n,
+        samples=args.samples,
+        dataset=args.dataset,
+        seed=args.seed,
+        model=args.model,
+        tool_format=args.tool_format,
+        window=args.window,
+        max_turns=args.max_turns,
+        out=args.out,
+        local_worker=not args.no_worker,
+        reps=args.reps,
+    )
+    summary = asyncio.run(run_eval(options, settings))
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        print(json.dumps({k: summary[k] for k in summary if k not in {"per_task"}}, indent=2, default=str))
+        print(f"\nreport: {summary['out_dir']}/report.md")
+    return 0
+
+
+def _deploy(args: argparse.Namespace, settings: Settings) -> int:
+    from deploy import launcher
+
+    try:
+        return _deploy_with(launcher, args, settings)
+    except (RuntimeError, ValueError) as exc:  # skypilot missing, workers already running, bad --nodes
+        print(f"gymflow deploy: {exc}", file=sys.stderr)
+        return 2
+
+
+def _deploy_with(launcher: Any, args: argparse.Namespace, settings: Settings) -> int:
+    if args.deploy_command == "down":
+        if args.backend == "local":
+            stopped = launcher.down_local(data_dir=settings.data_dir)
+            print(f"stopped {len(stopped)} local worker(s)", file=sys.stderr)
+        else:
+            launcher.down_skypilot(args.cluster)
+        return 0
+    spec = launcher.FleetSpec(
+        nodes=args.nodes,
+        temporal_address=settings.temporal_address,
+        task_queue=settings.task_queue,
+        namespace=settings.namespace,
+        infra=args.infra,
+        cluster=args.cluster,
+        task_file=args.task_file or launcher.TASK_FILE,
+    )
+    if args.dryrun:
+        print(launcher.render(launcher.task_config(spec)), end="")
+        return 0
+    if args.backend == "local":
+        nodes = launcher.launch_local(spec, data_dir=settings.data_dir)
+        for node in nodes:
+            print(f"rank {node.rank}: pid {node.pid}, log {node.log}", file=sys.stderr)
+        return 0
+    job_id = launcher.launch_skypilot(spec)
+    print(f"launched {args.nodes} worker node(s) on cluster {args.cluster} (job {job_id})", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

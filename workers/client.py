@@ -30,7 +30,9 @@ from temporalio.converter import (
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import INVALID_INPUT
+from envs.contract import Task
 from workflows import names
+from workflows.group import GroupInput, GroupResult, GroupRolloutWorkflow, RolloutOptions
 from workflows.rollout import RolloutInput, RolloutResult, RolloutWorkflow
 
 
@@ -132,4 +134,46 @@ async def run_rollouts(
             yield await next_done
     finally:
         for task in tasks:
+            task.cancel()
+
+
+async def iterate_groups(
+    client: Client,
+    env: str,
+    tasks: Iterable[Task],
+    *,
+    n: int,
+    options: RolloutOptions | None = None,
+    task_queue: str = names.TASK_QUEUE,
+    concurrency: int = 8,
+    scale_by_std: bool = True,
+) -> AsyncIterator[GroupResult]:
+    """The trainer entry: `n` samples of every task as GRPO groups, yielded as each group finishes.
+
+    Each group is a GroupRolloutWorkflow, so a trainer that crashes can re-attach to groups by
+    workflow id; advantages come attached (None for infra-failed samples, which must be dropped).
+
+        async for group in iterate_groups(client, "math", tasks, n=8, options=opts):
+            for trajectory, advantage in zip(group.trajectories, group.advantages):
+                ...
+    """
+    opts = options or RolloutOptions()
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def one(task: Task) -> GroupResult:
+        rollout = RolloutInput(env=env, task=task, model=opts.model, limits=opts.limits, retry=opts.retry)
+        async with semaphore:
+            return await client.execute_workflow(
+                GroupRolloutWorkflow.run,
+                GroupInput(rollout=rollout, n=n, scale_by_std=scale_by_std),
+                id=f"group-{task.id}-{uuid.uuid4().hex[:8]}",
+                task_queue=task_queue,
+            )
+
+    pending = [asyncio.create_task(one(task)) for task in tasks]
+    try:
+        for next_done in asyncio.as_completed(pending):
+            yield await next_done
+    finally:
+        for task in pending:
             task.cancel()

@@ -48,12 +48,23 @@ class Settings(BaseSettings):
     """Default model name sent to that endpoint."""
     model_api_key: SecretStr | None = None
     """API key for the model endpoint. Read by the worker only; never put in workflow input."""
+    storage_uri: str | None = None
+    """Where batches write results: file:///dir or s3://bucket/prefix (default: <data_dir>/results)."""
+    s3_endpoint_url: str | None = None
+    """S3 API endpoint for non-AWS stores (MinIO, moto); credentials come from the usual AWS_* env."""
+    mcp_pool_size: int = Field(default=2, ge=0)
+    """MCP server sets each env keeps started ahead of demand on this node (0: start per rollout)."""
     max_concurrent_activities: int = 256
     """Activity slots per worker (per queue)."""
     max_concurrent_workflow_tasks: int = 64
     """Workflow task slots per worker."""
     ui_port: int = 8233
     """Port of the Temporal Web UI of the embedded server."""
+
+    @property
+    def results_uri(self) -> str:
+        """The default store of batch results."""
+        return self.storage_uri or (self.data_dir / "results").resolve().as_uri()
 
     @property
     def ui_url(self) -> str:

@@ -96,16 +96,18 @@ def load_tasks(options: BatchOptions) -> list[Task]:
 
 
 @contextlib.asynccontextmanager
-async def _policy_endpoint(options: BatchOptions) -> AsyncIterator[str]:
-    if options.model_url:
-        yield options.model_url
+async def endpoint(env: str, policy: str) -> AsyncIterator[str]:
+    """The chat endpoint of `policy`: itself if it is a URL, else the env's named baseline served locally."""
+    if policy.startswith(("http://", "https://")):
+        yield policy
         return
-    policy = env_class(options.env).baseline_policy(options.policy)
-    async with PolicyServer(policy, host="127.0.0.1", port=0) as server:
+    async with PolicyServer(env_class(env).baseline_policy(policy), host="127.0.0.1", port=0) as server:
         yield server.url
 
 
-async def _client(settings: Settings, *, start_server: bool, out: TextIO) -> Client:
+async def connect_or_start(settings: Settings, *, start_server: bool, out: TextIO) -> Client:
+    """A client of the configured server; with `start_server`, start the embedded one if none answers."""
+
     async def connect() -> Client:
         return await sdk.connect(settings.temporal_address, namespace=settings.namespace)
 
@@ -129,9 +131,9 @@ async def _client(settings: Settings, *, start_server: bool, out: TextIO) -> Cli
 async def run_batch(options: BatchOptions, settings: Settings, *, out: TextIO = sys.stderr) -> BatchReport:
     """Run the batch end to end and return its report; progress lines go to `out`."""
     tasks = load_tasks(options)
-    client = await _client(settings, start_server=options.start_server, out=out)
+    client = await connect_or_start(settings, start_server=options.start_server, out=out)
     async with contextlib.AsyncExitStack() as stack:
-        url = await stack.enter_async_context(_policy_endpoint(options))
+        url = await stack.enter_async_context(endpoint(options.env, options.model_url or options.policy))
         if options.local_worker:
             await stack.enter_async_context(running_worker(client, settings))
         inputs = [

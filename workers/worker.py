@@ -22,13 +22,16 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.env import EnvActivities
 from activities.model import ModelActivities
+from activities.storage import StorageActivities
+from envs.mcp.ledger import reap_orphans
 from workers.config import Settings
+from workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
 from workflows.names import node_queue
 from workflows.rollout import RolloutWorkflow
 
 log = logging.getLogger(__name__)
 
-WORKFLOWS: list[type] = [RolloutWorkflow]
+WORKFLOWS: list[type] = [RolloutWorkflow, GroupRolloutWorkflow, BatchRolloutWorkflow]
 
 # Modules the workflow sandbox shares with the host instead of re-importing per run: pydantic and
 # the wire types (heavy, and pure), and logging renderers that a host may have installed as log
@@ -60,22 +63,32 @@ async def running_worker(
 ) -> AsyncIterator[RunningWorker]:
     """Run a worker (shared + node queue) until the block exits; frees every rollout on exit."""
     queue = node_queue(settings.task_queue, settings.node_id)
+    # Servers and workspaces of workers that died on this host (never those of live ones).
+    reap_orphans(settings.workspace_root)
     env_activities = EnvActivities(
         node_id=settings.node_id,
         node_queue=queue,
         workspace_root=settings.workspace_root / settings.node_id,
         env_kwargs=env_kwargs,
+        common_env_kwargs={"pool_size": settings.mcp_pool_size},
     )
     api_key = settings.model_api_key.get_secret_value() if settings.model_api_key else None
     model_activities = ModelActivities(
         default_base_url=settings.model_url, default_model=settings.model_name, api_key=api_key
     )
+    storage = StorageActivities(default_uri=settings.results_uri, s3_endpoint_url=settings.s3_endpoint_url)
     shared = Worker(
         client,
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
         workflow_runner=WORKFLOW_RUNNER,
-        activities=[model_activities.generate, env_activities.init_rollout],
+        activities=[
+            model_activities.generate,
+            env_activities.init_rollout,
+            env_activities.compute_group_reward,
+            storage.write_jsonl,
+            storage.load_tasks,
+        ],
         max_concurrent_activities=settings.max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
     )

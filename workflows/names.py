@@ -11,6 +11,9 @@ from temporalio.common import SearchAttributeKey
 TASK_QUEUE = "gymflow"
 """Default shared task queue: workflows, model calls and rollout initialisation."""
 
+JUDGE_TASK_QUEUE = "gymflow-judge"
+"""LLM-judge activities: their own queue, so one server-side rate limit covers every judge worker."""
+
 NODE_QUEUE_SEPARATOR = "@"
 """A node's own queue is f"{shared queue}{NODE_QUEUE_SEPARATOR}{node id}"."""
 

@@ -2,33 +2,53 @@
 
     {"mcpServers": {"calculator": {"command": "python", "args": ["-m", "calc"]}}}
 
-plus gymflow's per-server runtime policy (allowed tools, timeouts, output limits).
+plus gymflow's per-server runtime policy (allowed tools, timeouts, output parsers, media caps).
+A server is reached one of three ways:
+
+* `command` alone: a stdio server process per rollout;
+* `url` alone: a fixed streamable-HTTP server shared by every rollout (its isolation is its own);
+* `command` and `url`: a streamable-HTTP server process per rollout, started with a free port
+  substituted for `{port}` in its args, env and url; the url must be a loopback one, so the
+  per-rollout server is never reachable from outside the node.
+
+`{workspace}` in args and env becomes the rollout's workspace directory (for servers that want an
+absolute path, say a database file).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import sys
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from envs.contract import Wire
+
+PORT = "{port}"
+"""Placeholder for the free port of a per-rollout HTTP server."""
+WORKSPACE = "{workspace}"
+"""Placeholder for the rollout's workspace directory."""
+BUILTIN_PARSERS = ("json", "text")
+MAX_INLINE_MEDIA_BYTES = 256 * 1024
+"""Default cap on the base64-decoded bytes of images/audio kept inline in one tool result."""
 
 
 class McpServerConfig(Wire):
     """One MCP server: how to start (or reach) it and what the model may do with it."""
 
     command: str | None = None
-    """Executable for a stdio server. `python` means this interpreter (sys.executable)."""
+    """Executable for the server process. `python` means this interpreter (sys.executable)."""
     args: list[str] = Field(default_factory=list)
-    """Arguments of the stdio command."""
+    """Arguments of the command; `{port}` and `{workspace}` are substituted."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Extra environment variables for the server process."""
+    """Extra environment variables for the server process (placeholders substituted)."""
     cwd: str | None = None
     """Working directory; default is the rollout's workspace, so relative paths stay inside it."""
     url: str | None = None
-    """URL of a streamable-HTTP server, instead of a command."""
+    """Streamable-HTTP endpoint: a fixed server, or with `command` a per-rollout one (`{port}`)."""
     allowed_tools: list[str] | None = None
     """If set, only these tools are listed and callable (enforced at call time too)."""
     tool_timeout_s: float = Field(default=60.0, gt=0)
@@ -37,18 +57,56 @@ class McpServerConfig(Wire):
     """Per-tool overrides of `tool_timeout_s`."""
     startup_timeout_s: float = Field(default=30.0, gt=0)
     """How long the server may take to start and answer the handshake."""
+    parsers: dict[str, str] = Field(default_factory=dict)
+    """Per-tool output parser: `json` (text parsed into `structured`), `text` (text only), or
+    `module:function` / `file.py:function` (see envs.mcp.content.Parser)."""
+    max_inline_media_bytes: int = Field(default=MAX_INLINE_MEDIA_BYTES, ge=0)
+    """Images/audio/blobs of one result up to this many bytes stay inline (base64); larger ones
+    are saved as workspace files (see envs.contract.ToolAttachment)."""
+
+    @field_validator("parsers")
+    @classmethod
+    def _parser_specs(cls, value: dict[str, str]) -> dict[str, str]:
+        for tool, spec in value.items():
+            if spec not in BUILTIN_PARSERS and not _is_callable_spec(spec):
+                raise ValueError(f"parser of tool {tool!r} must be 'json', 'text' or 'module:function', got {spec!r}")
+        return value
 
     @model_validator(mode="after")
     def _command_or_url(self) -> McpServerConfig:
-        if (self.command is None) == (self.url is None):
-            raise ValueError("an MCP server needs exactly one of 'command' (stdio) or 'url' (streamable HTTP)")
+        if self.command is None and self.url is None:
+            raise ValueError("an MCP server needs 'command' (stdio), 'url' (streamable HTTP), or both")
+        if self.url is not None:
+            if not self.url.replace(PORT, "0").startswith(("http://", "https://")):
+                raise ValueError(f"'url' must be an http(s) URL, got {self.url!r}")
+            if self.command is not None:
+                if PORT not in self.url:
+                    raise ValueError(f"'url' of a server started from 'command' must contain {PORT!r}")
+                if not _is_loopback(self.url.replace(PORT, "0")):
+                    raise ValueError(f"'url' of a per-rollout server must be on 127.0.0.1, got {self.url!r}")
+            elif PORT in self.url:
+                raise ValueError(f"'url' has {PORT!r} but there is no 'command' to start a server on it")
         return self
+
+    @property
+    def per_rollout_http(self) -> bool:
+        """Whether each rollout starts its own streamable-HTTP server process."""
+        return self.command is not None and self.url is not None
 
     def executable(self) -> str:
         """The command to run, with `python` resolved to the running interpreter."""
         if self.command is None:
-            raise ValueError("not a stdio server")
+            raise ValueError("not a server process")
         return sys.executable if self.command in {"python", "python3"} else self.command
+
+    def render(self, *, workspace: str, port: int | None = None) -> tuple[list[str], dict[str, str]]:
+        """Args and env with the placeholders filled in."""
+
+        def fill(text: str) -> str:
+            text = text.replace(WORKSPACE, workspace)
+            return text.replace(PORT, str(port)) if port is not None else text
+
+        return [fill(a) for a in self.args], {k: fill(v) for k, v in self.env.items()}
 
     def timeout_for(self, tool: str) -> float:
         """Time limit for one call of `tool`."""
@@ -56,8 +114,36 @@ class McpServerConfig(Wire):
 
 
 def parse_servers(config: Mapping[str, Any]) -> dict[str, McpServerConfig]:
-    """Parse `{"mcpServers": {...}}` (or the inner mapping) into validated server configs."""
+    """Parse `{"mcpServers": {...}}` (or the inner mapping) into validated server configs.
+
+    Raises:
+        ValueError: naming the server and field at fault (`mcpServers.calc.url: ...`).
+    """
     servers = config.get("mcpServers", config)
     if not isinstance(servers, Mapping) or not servers:
         raise ValueError("MCP config must map server names to server configs (an 'mcpServers' mapping)")
-    return {str(name): McpServerConfig.model_validate(value) for name, value in servers.items()}
+    parsed: dict[str, McpServerConfig] = {}
+    for name, value in servers.items():
+        try:
+            parsed[str(name)] = McpServerConfig.model_validate(value)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"mcpServers.{name}{''.join(f'.{p}' for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+            )
+            raise ValueError(problems) from None
+    return parsed
+
+
+def _is_callable_spec(spec: str) -> bool:
+    target, sep, attr = spec.rpartition(":")
+    return bool(sep and target and attr.isidentifier())
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,35 +1,41 @@
 """McpEnv: any set of MCP servers as an RL environment, one isolated instance per rollout.
 
 Each rollout gets a fresh workspace directory and its own server process(es) started with that
-directory as their cwd; release kills them and deletes the workspace. Tools from all servers
-are offered to the model under their own names (a name two servers share is prefixed with the
-server name). A subclass supplies the servers (class attribute `mcp_servers`), a system prompt
-and `compute_reward`; or build one from config alone with `McpEnv.from_config`.
+directory as their cwd (a `ServerSet`); release kills them and deletes the workspace. A warm
+pool keeps `pool_size` sets started ahead of demand, so init usually takes a ready one in
+milliseconds. Tools from all servers are offered to the model under their own names (a name two
+servers share is prefixed with the server name).
+
+Three ways to define one:
+
+* a subclass with `mcp_servers`, `system_prompt` and `compute_reward` (see envs/examples/units.py);
+* `McpEnv.from_config({"mcpServers": ...})` for servers alone;
+* `McpEnv.from_file("env.yaml")`: servers, prompt, reward functions, dataset and recovery flags
+  from one YAML/JSON file (envs.mcp.envfile); `gymflow rollout env.yaml` runs it.
+
+Rewards may inspect the live rollout: `reward_fns` (envs.mcp.reward) get the workspace and the
+rollout's live servers, and `tools(rollout_id)` gives a subclass's `compute_reward` the same.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from envs.contract import BaseEnv, Message, Reward, RolloutNotFound, ToolError, ToolResult, ToolSpec
+from envs.contract import BaseEnv, InfraError, Message, Reward, RolloutNotFound, ToolResult, ToolSpec
 from envs.mcp import workspace as ws
 from envs.mcp.config import McpServerConfig, parse_servers
-from envs.mcp.session import McpSession
+from envs.mcp.content import Parser, load_parser
+from envs.mcp.instance import ServerSet, ServerSetFactory
+from envs.mcp.ledger import LEDGER_DIR, Ledger
+from envs.mcp.pool import WarmPool
+from envs.mcp.reward import RewardFn, RolloutTools, score
 
-
-@dataclass
-class _Rollout:
-    workspace: Path
-    sessions: dict[str, McpSession] = field(default_factory=dict)
-    routes: dict[str, tuple[McpSession, str]] = field(default_factory=dict)
-    """model-facing tool name -> (session, server-side tool name)"""
+DEFAULT_POOL_SIZE = 2
+"""Server sets kept started per env instance unless `pool_size` says otherwise."""
 
 
 class McpEnv(BaseEnv):
@@ -37,12 +43,39 @@ class McpEnv(BaseEnv):
 
     mcp_servers: ClassVar[Mapping[str, Any]] = {}
     """Server configs (`mcpServers` format) for subclasses; `from_config` fills it for an instance."""
+    reward_fns: ClassVar[Sequence[RewardFn]] = ()
+    """Reward functions (envs.mcp.reward signature) the default `compute_reward` sums."""
 
-    def __init__(self, *, workspace_root: Path | None = None, servers: Mapping[str, Any] | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        workspace_root: Path | None = None,
+        servers: Mapping[str, Any] | None = None,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        **kwargs: Any,
+    ) -> None:
+        """Args:
+        workspace_root: Parent of this env's rollout workspaces (and of its ledger).
+        servers: `mcpServers` mapping; default the class's `mcp_servers`.
+        pool_size: Server sets kept started ahead of demand (0: start one per init).
+        """
         super().__init__(**kwargs)
         self.servers: dict[str, McpServerConfig] = parse_servers(servers if servers is not None else self.mcp_servers)
+        parsers: dict[str, dict[str, Parser]] = {
+            name: {
+                tool: load_parser(spec, field=f"mcpServers.{name}.parsers.{tool}") for tool, spec in cfg.parsers.items()
+            }
+            for name, cfg in self.servers.items()
+        }
         self.workspace_root = workspace_root or Path(tempfile.gettempdir()) / "gymflow-workspaces"
-        self._rollouts: dict[str, _Rollout] = {}
+        self._factory = ServerSetFactory(
+            self.servers,
+            parsers=parsers,
+            workspace_root=self.workspace_root,
+            ledger=Ledger(self.workspace_root / LEDGER_DIR),
+        )
+        self.pool = WarmPool(size=pool_size, start=self._factory.start, stop=self._factory.stop)
+        self._rollouts: dict[str, ServerSet] = {}
         self._tool_cache: list[ToolSpec] | None = None
 
     @classmethod
@@ -50,43 +83,45 @@ class McpEnv(BaseEnv):
         """An env from an `mcpServers` mapping alone (no reward beyond the default)."""
         return cls(servers=config, **kwargs)
 
+    @classmethod
+    def from_file(cls, path: str | Path, **kwargs: Any) -> McpEnv:
+        """An env from a YAML/JSON env file (see envs.mcp.envfile); raises ValueError naming a bad key."""
+        from envs.mcp.envfile import env_class_from_file
+
+        return env_class_from_file(Path(path))(**kwargs)
+
     # -- lifecycle ---------------------------------------------------------------------------
     async def init_rollout(self, rollout_id: str, **rollout_args: Any) -> None:
-        """Create the workspace, stage `files` ({name: content}) into it, start the servers."""
+        """Take a started server set (pooled or fresh) and stage `files` ({name: content}) into it."""
         files: Mapping[str, str | bytes] = rollout_args.pop("files", {}) or {}
         if rollout_args:
             raise TypeError(f"{type(self).__name__}.init_rollout got unexpected arguments {sorted(rollout_args)}")
         if rollout_id in self._rollouts:  # a retried init: start over cleanly
             await self.release_rollout(rollout_id)
-        workspace = ws.resolve_inside(self.workspace_root, _safe_dir_name(rollout_id))
-        shutil.rmtree(workspace, ignore_errors=True)
-        workspace.mkdir(parents=True)
-        rollout = _Rollout(workspace=workspace)
-        self._rollouts[rollout_id] = rollout
+        sset = await self.pool.acquire()
+        self._rollouts[rollout_id] = sset
         try:
             for name, content in files.items():
-                ws.write_in(workspace, content, name)
-            sessions = [McpSession(name, cfg, workspace=workspace) for name, cfg in self.servers.items()]
-            await asyncio.gather(*(s.start() for s in sessions))
-            rollout.sessions = {s.name: s for s in sessions}
-            rollout.routes = _route(sessions)
+                ws.write_in(sset.workspace, content, name)
         except BaseException:
             await self.release_rollout(rollout_id)
             raise
         if self._tool_cache is None:
-            self._tool_cache = self._specs(rollout)
+            self._tool_cache = sset.specs()
 
     async def release_rollout(self, rollout_id: str) -> None:
-        rollout = self._rollouts.pop(rollout_id, None)
-        if rollout is None:
-            return
-        await asyncio.gather(*(s.close() for s in rollout.sessions.values()), return_exceptions=True)
-        shutil.rmtree(rollout.workspace, ignore_errors=True)
-        for log in rollout.workspace.parent.glob(f"{rollout.workspace.name}.*.stderr.log"):
-            log.unlink(missing_ok=True)
+        sset = self._rollouts.pop(rollout_id, None)
+        if sset is not None:
+            await self._factory.stop(sset)
+
+    async def warm(self, timeout_s: float = 60.0) -> None:
+        """Fill the warm pool now (otherwise it fills after the first rollout starts)."""
+        await self.pool.warm(timeout_s)
 
     async def shutdown(self) -> None:
+        await self.pool.close()
         await asyncio.gather(*(self.release_rollout(r) for r in list(self._rollouts)), return_exceptions=True)
+        self._factory.ledger.close()
 
     def live_rollouts(self) -> Sequence[str]:
         """Ids of the rollouts this instance holds."""
@@ -99,26 +134,34 @@ class McpEnv(BaseEnv):
     # -- tools -------------------------------------------------------------------------------
     async def list_tools(self) -> list[ToolSpec]:
         if self._tool_cache is None:
-            probe = f"probe-{id(self)}"
-            await self.init_rollout(probe)
-            await self.release_rollout(probe)
-        assert self._tool_cache is not None
+            sset = await self.pool.acquire()
+            self._tool_cache = sset.specs()
+            await self._factory.stop(sset)
         return list(self._tool_cache)
 
     async def run_tool(self, rollout_id: str, tool_name: str, /, **tool_args: Any) -> ToolResult:
-        rollout = self._get(rollout_id)
-        route = rollout.routes.get(tool_name)
-        if route is None:
-            known = ", ".join(sorted(rollout.routes)) or "none"
-            raise ToolError(f"unknown tool {tool_name!r}; available tools: {known}")
-        session, server_tool = route
-        return await session.call(server_tool, tool_args)
+        return await self._get(rollout_id).call(tool_name, tool_args)
+
+    def tools(self, rollout_id: str) -> RolloutTools:
+        """The rollout's live servers, for rewards that inspect state through tools."""
+        return RolloutTools(self._get(rollout_id))
 
     async def compute_reward(
         self, rollout_id: str, completion: list[Message], ground_truth: Any, **kwargs: Any
     ) -> Reward | Mapping[str, float]:
-        """Default: exact match of the final answer text with the ground truth (override it)."""
-        del rollout_id, kwargs
+        """The sum of `reward_fns`; without any, exact match of the final answer with the ground truth."""
+        if self.reward_fns:
+            sset = self._get(rollout_id)
+            if not sset.alive:  # a reward that reads a dead server's state would score garbage
+                raise InfraError(next(s.describe_death() for s in sset.sessions.values() if not s.alive))
+            return await score(
+                self.reward_fns,
+                messages=completion,
+                ground_truth=ground_truth,
+                tools=RolloutTools(sset),
+                rollout_id=rollout_id,
+                **kwargs,
+            )
         answer = completion[-1].content.strip() if completion else ""
         return {"exact_match": float(ground_truth is not None and answer == str(ground_truth).strip())}
 
@@ -137,34 +180,8 @@ class McpEnv(BaseEnv):
         ws.copy_out(self.workspace(rollout_id), src_filename, dst_path)
 
     # -- internals ---------------------------------------------------------------------------
-    def _get(self, rollout_id: str) -> _Rollout:
-        rollout = self._rollouts.get(rollout_id)
-        if rollout is None:
+    def _get(self, rollout_id: str) -> ServerSet:
+        sset = self._rollouts.get(rollout_id)
+        if sset is None:
             raise RolloutNotFound(f"rollout {rollout_id!r} is not held by this worker")
-        return rollout
-
-    def _specs(self, rollout: _Rollout) -> list[ToolSpec]:
-        specs = []
-        for public, (session, server_tool) in rollout.routes.items():
-            spec = next(s for s in session.tool_specs() if s.name == server_tool)
-            specs.append(spec.model_copy(update={"name": public}))
-        return specs
-
-
-def _route(sessions: Sequence[McpSession]) -> dict[str, tuple[McpSession, str]]:
-    counts: dict[str, int] = {}
-    for session in sessions:
-        for tool in session.tools:
-            counts[tool.name] = counts.get(tool.name, 0) + 1
-    routes: dict[str, tuple[McpSession, str]] = {}
-    for session in sessions:
-        for tool in session.tools:
-            public = tool.name if counts[tool.name] == 1 else f"{session.name}__{tool.name}"
-            routes[public] = (session, tool.name)
-    return routes
-
-
-def _safe_dir_name(rollout_id: str) -> str:
-    # Readable and collision-free: a cleaned prefix plus a digest of the exact id.
-    cleaned = "".join(c if c.isalnum() or c in "-_" else "_" for c in rollout_id)[:120]
-    return f"{cleaned}-{hashlib.sha256(rollout_id.encode()).hexdigest()[:10]}"
+        return sset

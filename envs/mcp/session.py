@@ -1,9 +1,13 @@
-"""One live MCP client session to one server process, usable from any task.
+"""One live MCP client session to one server, usable from any task.
 
 `mcp.Client` is an async context manager whose task group must be entered and left by the
 same task, but a rollout's tool calls arrive in different Temporal activities (different
 tasks). So each session runs in a small owner task that holds the client open until `close()`,
 and callers talk to the client from wherever they are.
+
+A session knows when its server is gone without being asked (`ended`): the stdio server's
+stdout closed, the per-rollout HTTP server process exited, or the client itself failed. The
+warm pool waits on it to replace dead servers; calls check it to fail fast with InfraError.
 """
 
 from __future__ import annotations
@@ -14,12 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import mcp_types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from envs.contract import InfraError, ToolError, ToolResult, ToolSpec
 from envs.mcp.config import McpServerConfig
+from envs.mcp.content import Parser, apply_parser, render_result
+from envs.mcp.http import HttpServerProcess
 from envs.mcp.transport import ProcessTransport
 
 _MODEL_VISIBLE_CODES = frozenset({mcp_types.INVALID_PARAMS, mcp_types.METHOD_NOT_FOUND})
@@ -29,41 +36,91 @@ _MODEL_VISIBLE_CODES = frozenset({mcp_types.INVALID_PARAMS, mcp_types.METHOD_NOT
 class McpSession:
     """A started MCP server plus a connected client."""
 
-    def __init__(self, name: str, config: McpServerConfig, *, workspace: Path) -> None:
+    def __init__(
+        self, name: str, config: McpServerConfig, *, workspace: Path, parsers: dict[str, Parser] | None = None
+    ) -> None:
         self.name = name
         self.config = config
         self.workspace = workspace
+        self.parsers = parsers or {}
         self.transport: ProcessTransport | None = None
+        self.http_process: HttpServerProcess | None = None
         self.tools: list[mcp_types.Tool] = []
         self._client: Client | None = None
         self._ready = asyncio.Event()
         self._closing = asyncio.Event()
+        self._ended = asyncio.Event()
         self._owner: asyncio.Task[None] | None = None
+        self._watchers: list[asyncio.Task[None]] = []
         self._failure: BaseException | None = None
 
     @property
     def pid(self) -> int | None:
-        """Pid of the server process (stdio servers only)."""
-        return self.transport.pid if self.transport else None
+        """Pid of the server process (None for a fixed-URL server)."""
+        if self.transport is not None:
+            return self.transport.pid
+        return self.http_process.pid if self.http_process else None
+
+    @property
+    def client(self) -> Client:
+        """The connected MCP client (for resources, prompts, raw calls).
+
+        Raises:
+            InfraError: The server is gone.
+        """
+        if self._client is None or not self.alive:
+            raise InfraError(self.describe_death())
+        return self._client
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit code of the server process once it has exited."""
+        if self.transport is not None:
+            return self.transport.returncode
+        return self.http_process.returncode if self.http_process else None
 
     @property
     def alive(self) -> bool:
-        """Whether the server process is still running and the client connected."""
-        if self._client is None or self._owner is None or self._owner.done():
+        """Whether the server is still running and the client connected."""
+        if self._ended.is_set() or self._client is None or self._owner is None or self._owner.done():
             return False
-        return self.transport is None or self.transport.returncode is None
+        return self.returncode is None
+
+    async def wait_ended(self) -> None:
+        """Return once the server is gone (exited, closed its stdout, or the client failed)."""
+        await self._ended.wait()
 
     def describe_death(self) -> str:
         """Why the session is not alive, for error messages."""
-        if self.transport is not None and self.transport.returncode is not None:
-            return f"MCP server {self.name!r} (pid {self.transport.pid}) exited with code {self.transport.returncode}"
+        if self.returncode is not None:
+            return f"MCP server {self.name!r} (pid {self.pid}) exited with code {self.returncode}"
         if self._failure is not None:
             return f"MCP server {self.name!r} failed: {self._failure!r}"
+        if self._ended.is_set():
+            return f"MCP server {self.name!r} (pid {self.pid}) closed its connection"
         return f"MCP server {self.name!r} is not connected"
 
     async def start(self) -> None:
         """Start the server and complete the MCP handshake, or raise InfraError."""
-        self._owner = asyncio.create_task(self._own(), name=f"mcp-session-{self.name}")
+        target: Any
+        log = self.workspace.parent / f"{self.workspace.name}.{self.name}.stderr.log"
+        if self.config.per_rollout_http:
+            self.http_process = HttpServerProcess(self.config, workspace=self.workspace, log_path=log)
+            target = await self.http_process.start()
+            self._watch(self.http_process.wait())
+        elif self.config.command is not None:
+            args, env = self.config.render(workspace=str(self.workspace))
+            self.transport = ProcessTransport(
+                self.config.executable(),
+                args,
+                env=env,
+                cwd=Path(self.config.cwd) if self.config.cwd else self.workspace,
+                stderr_path=log,
+            )
+            target = self.transport
+        else:
+            target = self.config.url
+        self._owner = asyncio.create_task(self._own(target), name=f"mcp-session-{self.name}")
         ready = asyncio.create_task(self._ready.wait())
         try:
             done, _ = await asyncio.wait(
@@ -76,23 +133,21 @@ class McpSession:
             reason = self.describe_death() if done else f"no handshake within {self.config.startup_timeout_s}s"
             raise InfraError(f"could not start MCP server {self.name!r}: {reason}")
         assert self._client is not None
+        if self.transport is not None:
+            self._watch(self.transport.closed.wait())
         listing = await self._client.list_tools()
         allowed = self.config.allowed_tools
         self.tools = [t for t in listing.tools if allowed is None or t.name in allowed]
 
-    async def _own(self) -> None:
+    def _watch(self, event: Any) -> None:
+        async def watch() -> None:
+            await event
+            self._ended.set()
+
+        self._watchers.append(asyncio.create_task(watch(), name=f"mcp-watch-{self.name}"))
+
+    async def _own(self, target: Any) -> None:
         try:
-            if self.config.url is not None:
-                target: Any = self.config.url
-            else:
-                self.transport = ProcessTransport(
-                    self.config.executable(),
-                    self.config.args,
-                    env=self.config.env,
-                    cwd=Path(self.config.cwd) if self.config.cwd else self.workspace,
-                    stderr_path=self.workspace.parent / f"{self.workspace.name}.{self.name}.stderr.log",
-                )
-                target = self.transport
             async with Client(target) as client:
                 self._client = client
                 self._ready.set()
@@ -101,6 +156,7 @@ class McpSession:
             self._failure = exc
         finally:
             self._client = None
+            self._ended.set()
 
     def tool_specs(self) -> list[ToolSpec]:
         """The allowed tools of this server as contract ToolSpecs."""
@@ -130,14 +186,24 @@ class McpSession:
             if exc.code in _MODEL_VISIBLE_CODES and self.alive:
                 return ToolResult(text=f"error: {exc.message}", is_error=True)
             raise InfraError(f"{self.describe_death() if not self.alive else 'MCP protocol error'}: {exc}") from exc
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, ConnectionError) as exc:
+        except (
+            anyio.ClosedResourceError,
+            anyio.BrokenResourceError,
+            anyio.EndOfStream,
+            ConnectionError,
+            httpx.TransportError,
+        ) as exc:
             raise InfraError(f"{self.describe_death()}: {exc!r}") from exc
-        return render_result(result)
+        rendered = render_result(result, workspace=self.workspace, max_inline_bytes=self.config.max_inline_media_bytes)
+        parser = self.parsers.get(tool)
+        return rendered if parser is None else await apply_parser(parser, rendered)
 
     def kill(self) -> None:
         """Kill the server process now; the session becomes dead."""
         if self.transport is not None:
             self.transport.kill()
+        if self.http_process is not None:
+            self.http_process.kill()
 
     async def close(self) -> None:
         """Stop the server and the client. Idempotent."""
@@ -150,20 +216,8 @@ class McpSession:
                 self._owner.cancel()
                 with contextlib.suppress(BaseException):
                     await self._owner
-
-
-def render_result(result: mcp_types.CallToolResult) -> ToolResult:
-    """Flatten MCP content blocks into the text the model sees, keeping structured content."""
-    parts: list[str] = []
-    for block in result.content:
-        if isinstance(block, mcp_types.TextContent):
-            parts.append(block.text)
-        elif isinstance(block, mcp_types.ImageContent | mcp_types.AudioContent):
-            parts.append(f"[{block.type}: {block.mime_type}, {len(block.data) * 3 // 4} bytes]")
-        elif isinstance(block, mcp_types.EmbeddedResource):
-            resource = block.resource
-            text = getattr(resource, "text", None)
-            parts.append(text if text is not None else f"[resource {resource.uri}]")
-        else:
-            parts.append(f"[{getattr(block, 'type', 'content')}]")
-    return ToolResult(text="\n".join(parts), is_error=bool(result.is_error), structured=result.structured_content)
+        if self.http_process is not None:
+            await self.http_process.stop()
+        for watcher in self._watchers:
+            watcher.cancel()
+        self._ended.set()

@@ -9,6 +9,7 @@ group) and bridges its pipes to the memory streams `mcp.Client` drives.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -47,10 +48,12 @@ class ProcessTransport:
     ) -> None:
         self.command = command
         self.args = list(args)
-        self.env = {k: v for k in _INHERITED_ENV if (v := os.environ.get(k)) is not None} | dict(env or {})
+        self.env = server_env(env)
         self.cwd = cwd
         self.stderr_path = stderr_path
         self.process: Process | None = None
+        self.closed = asyncio.Event()
+        """Set once the server's stdout closes: it exited, or can never answer again."""
         self._stderr: IO[bytes] | None = None
         self._exit: contextlib.AsyncExitStack | None = None
 
@@ -87,9 +90,8 @@ class ProcessTransport:
 
     def kill(self) -> None:
         """Kill the server's whole process group now (it may have spawned children)."""
-        if self.process is not None and self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+        if self.process is not None:
+            kill_group(self.process)
 
     @contextlib.asynccontextmanager
     async def _bridge(
@@ -101,14 +103,17 @@ class ProcessTransport:
         async def read_stdout() -> None:
             assert process.stdout is not None
             buffer = b""
-            async with to_client:
-                with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    async for chunk in process.stdout:
-                        buffer += chunk
-                        *lines, buffer = buffer.split(b"\n")
-                        for line in lines:
-                            if line.strip():
-                                await to_client.send(_parse(line))
+            try:
+                async with to_client:
+                    with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                        async for chunk in process.stdout:
+                            buffer += chunk
+                            *lines, buffer = buffer.split(b"\n")
+                            for line in lines:
+                                if line.strip():
+                                    await to_client.send(_parse(line))
+            finally:
+                self.closed.set()
 
         async def write_stdin() -> None:
             assert process.stdin is not None
@@ -144,6 +149,21 @@ class ProcessTransport:
         self.kill()
         with anyio.move_on_after(_EXIT_GRACE_S):
             await process.wait()
+
+
+def server_env(extra: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment of a server process: a few inherited basics plus its configured vars.
+
+    Nothing else leaks in, so a worker's secrets (the model API key) never reach a server.
+    """
+    return {k: v for k in _INHERITED_ENV if (v := os.environ.get(k)) is not None} | dict(extra or {})
+
+
+def kill_group(process: Process) -> None:
+    """SIGKILL a server's whole process group (it runs in its own session), if still running."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 def _parse(line: bytes) -> SessionMessage | Exception:

@@ -37,6 +37,20 @@ def rich_root_logging() -> Iterator[None]:
     logging.getLogger().removeHandler(handler)
 
 
+async def process_gone(pid: int, *, timeout_s: float) -> bool:
+    """Whether `pid` exits (or is a zombie awaiting its reaper) within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state == "Z":
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
 def kill_servers(worker: RunningWorker, env_name: str) -> None:
     env = worker.env.env(env_name)
     assert isinstance(env, McpEnv)
@@ -163,6 +177,6 @@ async def test_cancelled_rollout_releases_its_server(client: Client, worker: Run
             await handle.result()
     assert isinstance(info.value.cause, CancelledError)
     assert env.live_rollouts() == []
-    assert pid is not None and not Path(f"/proc/{pid}").exists()
+    assert pid is not None and await process_gone(pid, timeout_s=10)
     described = await handle.describe()
     assert described.typed_search_attributes.get(SA_STATUS) == "cancelled"

@@ -1,0 +1,213 @@
+"""Launching worker fleets: SkyPilot clusters, or the same worker command as local processes.
+
+`deploy/workers.yaml` is the one description of a worker node. The SkyPilot backend launches it
+with the SkyPilot 0.14 Python API (imported lazily: skypilot is an optional extra, and
+`--dryrun` only prints the task). The local backend runs the YAML's very `run` script as N local
+processes, `SKYPILOT_NODE_RANK` set to 0..N-1 so each has its own node id and node queue; their
+pids are kept in `<data dir>/workers/` for `gymflow deploy down --backend local`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from envs.mcp.ledger import start_time
+
+TASK_FILE = Path(__file__).with_name("workers.yaml")
+"""The worker node task shipped with gymflow."""
+DEFAULT_CLUSTER = "gymflow-workers"
+STOP_TIMEOUT_S = 15.0
+"""How long a local worker gets to shut down gracefully before it is killed."""
+
+
+@dataclass
+class FleetSpec:
+    """What to launch."""
+
+    nodes: int
+    temporal_address: str
+    task_queue: str
+    namespace: str = "default"
+    infra: str | None = None
+    """SkyPilot infra, e.g. `aws`, `gcp/us-central1`, `k8s`."""
+    cluster: str = DEFAULT_CLUSTER
+    task_file: Path = TASK_FILE
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment variables for every worker."""
+
+
+@dataclass
+class LocalNode:
+    """A worker started by the local backend."""
+
+    rank: int
+    pid: int
+    log: Path
+
+
+def task_config(spec: FleetSpec, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The task YAML with the fleet's settings applied and secret values taken from `environ`.
+
+    Raises:
+        ValueError: `nodes` is not positive, or the task file is not a SkyPilot task mapping.
+    """
+    if spec.nodes < 1:
+        raise ValueError(f"--nodes must be at least 1, got {spec.nodes}")
+    environ = os.environ if environ is None else environ
+    config = yaml.safe_load(spec.task_file.read_text())
+    if not isinstance(config, dict) or not isinstance(config.get("run"), str):
+        raise ValueError(f"{spec.task_file}: not a SkyPilot task with a 'run' script")  # noqa: TRY004
+    config["num_nodes"] = spec.nodes
+    if spec.infra:
+        config["resources"] = {**(config.get("resources") or {}), "infra": spec.infra}
+    config["envs"] = {
+        **(config.get("envs") or {}),
+        "GYMFLOW_TEMPORAL_ADDRESS": spec.temporal_address,
+        "GYMFLOW_TASK_QUEUE": spec.task_queue,
+        "GYMFLOW_NAMESPACE": spec.namespace,
+        **spec.env,
+    }
+    secrets = {name: environ.get(name) for name in config.get("secrets") or {}}
+    config["secrets"] = {name: value for name, value in secrets.items() if value}
+    if not config["secrets"]:
+        config.pop("secrets")
+    return config
+
+
+def render(config: Mapping[str, Any]) -> str:
+    """The task as YAML, secret values redacted (what `--dryrun` prints)."""
+    shown = dict(config)
+    if "secrets" in shown:
+        shown["secrets"] = dict.fromkeys(shown["secrets"], "<redacted>")
+    return yaml.dump(shown, Dumper=_BlockDumper, sort_keys=False)
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Writes multi-line strings (the setup and run scripts) as readable `|` blocks."""
+
+
+def _block_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_BlockDumper.add_representer(str, _block_str)
+
+
+def _sky() -> Any:
+    try:
+        import sky
+    except ImportError as exc:
+        raise RuntimeError("the SkyPilot backend needs skypilot: pip install 'gymflow[skypilot]'") from exc
+    return sky
+
+
+def launch_skypilot(spec: FleetSpec) -> Any:
+    """Launch (or update) the SkyPilot cluster and start a worker on each node; returns the job id."""
+    sky = _sky()
+    task = sky.Task.from_yaml_config(task_config(spec))
+    request_id = sky.launch(task, cluster_name=spec.cluster)
+    job_id, _handle = sky.stream_and_get(request_id)
+    return job_id
+
+
+def down_skypilot(cluster: str = DEFAULT_CLUSTER) -> None:
+    """Tear the SkyPilot cluster down."""
+    sky = _sky()
+    sky.stream_and_get(sky.down(cluster))
+
+
+def launch_local(spec: FleetSpec, *, data_dir: Path, workdir: Path | None = None) -> list[LocalNode]:
+    """Run the task's `run` script as `spec.nodes` local processes (setup is skipped).
+
+    Raises:
+        RuntimeError: Local workers recorded in `data_dir` are still running.
+    """
+    config = task_config(spec)
+    state = data_dir / "workers"
+    if running := _live_records(state):
+        raise RuntimeError(
+            f"{len(running)} local worker(s) already running (pids {', '.join(str(r['pid']) for r in running)}); "
+            "stop them with `gymflow deploy down --backend local`"
+        )
+    state.mkdir(parents=True, exist_ok=True)
+    base_env = {
+        **os.environ,
+        **{k: str(v) for k, v in (config.get("envs") or {}).items()},
+        **config.get("secrets", {}),
+        # This interpreter's scripts first, so the script's bare `gymflow` is this installation.
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
+    cwd = workdir or Path.cwd()
+    nodes = []
+    for rank in range(spec.nodes):
+        log = state / f"rank-{rank}.log"
+        with log.open("ab") as out:
+            process = subprocess.Popen(
+                ["bash", "-c", config["run"]],
+                cwd=cwd,
+                env={**base_env, "SKYPILOT_NODE_RANK": str(rank), "SKYPILOT_NUM_NODES": str(spec.nodes)},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        record = {"rank": rank, "pid": process.pid, "start": start_time(process.pid), "log": str(log)}
+        (state / f"rank-{rank}.json").write_text(json.dumps(record))
+        nodes.append(LocalNode(rank=rank, pid=process.pid, log=log))
+    return nodes
+
+
+def down_local(*, data_dir: Path, ranks: list[int] | None = None, timeout_s: float = STOP_TIMEOUT_S) -> list[int]:
+    """Stop local workers (SIGTERM: a graceful shutdown, then SIGKILL); returns the pids stopped."""
+    state = data_dir / "workers"
+    stopped = []
+    for record in _live_records(state):
+        if ranks is not None and record["rank"] not in ranks:
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(record["pid"], signal.SIGTERM)
+        stopped.append(record["pid"])
+    deadline = time.monotonic() + timeout_s
+    while any(_alive(pid) for pid in stopped) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in stopped:
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+    for path in state.glob("rank-*.json"):
+        record = json.loads(path.read_text())
+        if ranks is None or record["rank"] in ranks:
+            path.unlink(missing_ok=True)
+    return stopped
+
+
+def _live_records(state: Path) -> list[dict[str, Any]]:
+    records = []
+    for path in sorted(state.glob("rank-*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            record = json.loads(path.read_text())
+            # A pid reused by another process has another start time: not ours to signal.
+            if start_time(record["pid"]) == record["start"]:
+                records.append(record)
+    return records
+
+
+def _alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reap it if it is our child, or it lingers as a zombie
+    stat = Path(f"/proc/{pid}/stat")
+    if not stat.exists():
+        return False
+    return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"

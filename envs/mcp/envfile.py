@@ -1,0 +1,157 @@
+"""An environment from one YAML/JSON file: MCP servers plus gymflow's keys, no Python class.
+
+    # env.yaml — `gymflow rollout env.yaml`, `McpEnv.from_file("env.yaml")`
+    mcpServers:                       # Claude Desktop / benchmax mcp_config.yaml format
+      calculator: {command: mcp-server-calculator}
+    system_prompt: Use the calculator. End with <answer>N</answer>.
+    reward: reward_fn.py:reward       # or module:function, or a list of them (summed)
+    dataset: tasks.jsonl              # rows {"prompt"|"question", "answer"} or full Tasks
+    stateless: true                   # recovery: a lost rollout just gets fresh servers
+    replayable: false                 # recovery: re-running the tool calls rebuilds state
+
+Relative paths (reward and parser files, the dataset) are relative to the env file. The env is
+identified by its path: the workflow input names the file, and each worker loads the same path
+(relative to its own working directory), so ship the file with the workers (the SkyPilot
+workdir). Unknown keys and bad values are errors that name the key.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import yaml
+from pydantic import ConfigDict, Field, ValidationError, field_validator
+
+from envs.contract import Task, Wire
+from envs.mcp.config import BUILTIN_PARSERS, parse_servers
+from envs.mcp.env import McpEnv
+from envs.mcp.plugins import load_callable
+from envs.registry import ENV_FILE_SUFFIXES, EnvFileError
+
+
+class EnvFile(Wire):
+    """The keys of an env file."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    mcp_servers: dict[str, Any] = Field(alias="mcpServers")
+    """Server configs, `mcpServers` format plus gymflow's per-server policy (envs.mcp.config)."""
+    system_prompt: str = ""
+    """The system prompt of every rollout."""
+    reward: str | list[str] | None = None
+    """Reward function(s), `module:function` or `file.py:function` (envs.mcp.reward signature).
+    Without one, the reward is an exact match of the final answer with the ground truth."""
+    dataset: str | None = None
+    """Default dataset: a JSONL file of tasks."""
+    stateless: bool = False
+    """Tools keep no per-rollout state: a rollout that lost its servers continues on fresh ones."""
+    replayable: bool = False
+    """Re-running a rollout's tool calls on fresh servers rebuilds its state exactly."""
+
+    @field_validator("reward")
+    @classmethod
+    def _reward_list(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list) and not value:
+            raise ValueError("an empty list; leave 'reward' out for the default exact-match reward")
+        return value
+
+
+class FileEnv(McpEnv):
+    """Base of the classes `env_class_from_file` builds."""
+
+    env_file: ClassVar[Path]
+    dataset_path: ClassVar[Path | None] = None
+
+    @classmethod
+    def load_dataset(cls, name: str, **kwargs: Any) -> Iterable[Task]:
+        """The file's `dataset` for `default`/`generated`, else the JSONL file `name`."""
+        from envs.math.data import load_jsonl  # the generic {"prompt"|"question", "answer"} JSONL loader
+
+        if name in {"default", "generated", ""}:
+            if cls.dataset_path is None:
+                raise ValueError(f"{cls.env_file}: no 'dataset' key; pass a dataset path")
+            return load_jsonl(cls.dataset_path)
+        return load_jsonl(Path(name))
+
+
+def load_env_file(path: Path) -> EnvFile:
+    """Parse and validate an env file.
+
+    Raises:
+        EnvFileError: The file is missing or unreadable, not YAML/JSON, or a key is unknown or
+            invalid; the message names the file and the key.
+    """
+    if path.suffix.lower() not in ENV_FILE_SUFFIXES:
+        raise EnvFileError(f"{path}: an env file must end in {', '.join(ENV_FILE_SUFFIXES)}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise EnvFileError(f"{path}: cannot read env file: {exc.strerror or exc}") from exc
+    try:
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise EnvFileError(f"{path}: not valid {path.suffix[1:].upper()}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise EnvFileError(f"{path}: an env file must be a mapping with an 'mcpServers' key")
+    try:
+        config = EnvFile.model_validate(data)
+        parse_servers({"mcpServers": config.mcp_servers})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors())
+        raise EnvFileError(f"{path}: {problems}") from None
+    except ValueError as exc:
+        raise EnvFileError(f"{path}: {exc}") from None
+    return config
+
+
+def env_class_from_file(path: Path) -> type[FileEnv]:
+    """The env class an env file describes; its `name` is the path as given."""
+    resolved = path.expanduser().resolve()
+    try:
+        stat = resolved.stat()
+    except OSError:
+        raise EnvFileError(f"{path}: env file not found") from None
+    return _build(str(path), resolved, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _build(name: str, path: Path, mtime_ns: int, size: int) -> type[FileEnv]:
+    # Keyed by mtime and size too: an edited file is re-read, an unchanged one is built once.
+    del mtime_ns, size
+    config = load_env_file(path)
+    base = path.parent
+    specs = [config.reward] if isinstance(config.reward, str) else list(config.reward or [])
+    try:
+        reward_fns = tuple(load_callable(s, base_dir=base, field="reward") for s in specs)
+    except ValueError as exc:
+        raise EnvFileError(f"{path}: {exc}") from None
+    servers = {server: _absolute_parsers(cfg, base) for server, cfg in config.mcp_servers.items()}
+    attrs: dict[str, Any] = {
+        "name": name,
+        "env_file": path,
+        "system_prompt": config.system_prompt,
+        "mcp_servers": servers,
+        "reward_fns": reward_fns,
+        "stateless": config.stateless,
+        "replayable": config.replayable,
+        "dataset_path": (base / config.dataset) if config.dataset else None,
+        "__module__": __name__,
+    }
+    return type(f"FileEnv_{path.stem}", (FileEnv,), attrs)
+
+
+def _absolute_parsers(server: dict[str, Any], base: Path) -> dict[str, Any]:
+    """The server config with relative `file.py:function` parser specs made absolute."""
+    parsers = server.get("parsers")
+    if not isinstance(parsers, dict):
+        return server
+    fixed = {}
+    for tool, spec in parsers.items():
+        target, sep, attr = str(spec).rpartition(":")
+        relative_file = sep and target.endswith(".py") and not Path(target).is_absolute()
+        fixed[tool] = f"{base / target}:{attr}" if spec not in BUILTIN_PARSERS and relative_file else spec
+    return {**server, "parsers": fixed}

@@ -1,0 +1,142 @@
+"""One isolated copy of an env's MCP servers: a fresh workspace and one session per server.
+
+A rollout owns exactly one ServerSet from init to release; the warm pool keeps a few started
+ahead of demand. Workspaces are named at random, not after a rollout, because a pooled set is
+created before its rollout is known. Everything a set owns is written to the ledger before it
+exists (the workspace) or right after (the server pids), so a worker that dies leaves nothing a
+new worker cannot find and free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envs.contract import ToolError, ToolResult, ToolSpec
+from envs.mcp.config import McpServerConfig
+from envs.mcp.content import Parser
+from envs.mcp.ledger import Ledger
+from envs.mcp.session import McpSession
+
+
+@dataclass
+class ServerSet:
+    """Started servers of one rollout (or of a pool slot waiting for one)."""
+
+    entry: str
+    workspace: Path
+    sessions: dict[str, McpSession] = field(default_factory=dict)
+    routes: dict[str, tuple[McpSession, str]] = field(default_factory=dict)
+    """model-facing tool name -> (session, server-side tool name)"""
+
+    @property
+    def alive(self) -> bool:
+        """Whether every server is still running."""
+        return all(s.alive for s in self.sessions.values())
+
+    async def wait_ended(self) -> None:
+        """Return once any of the servers is gone."""
+        waits = [asyncio.ensure_future(s.wait_ended()) for s in self.sessions.values()]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
+        """Call a tool by its model-facing name.
+
+        Raises:
+            ToolError: No such tool (the model's mistake).
+            InfraError: The server is gone.
+        """
+        route = self.routes.get(tool)
+        if route is None:
+            known = ", ".join(sorted(self.routes)) or "none"
+            raise ToolError(f"unknown tool {tool!r}; available tools: {known}")
+        session, server_tool = route
+        return await session.call(server_tool, arguments)
+
+    def specs(self) -> list[ToolSpec]:
+        """The tools of this set under their model-facing names."""
+        specs = []
+        for public, (session, server_tool) in self.routes.items():
+            spec = next(s for s in session.tool_specs() if s.name == server_tool)
+            specs.append(spec.model_copy(update={"name": public}))
+        return specs
+
+
+class ServerSetFactory:
+    """Starts and stops ServerSets of one env instance."""
+
+    def __init__(
+        self,
+        servers: Mapping[str, McpServerConfig],
+        *,
+        parsers: Mapping[str, dict[str, Parser]],
+        workspace_root: Path,
+        ledger: Ledger,
+    ) -> None:
+        self.servers = dict(servers)
+        self.parsers = dict(parsers)
+        self.workspace_root = workspace_root
+        self.ledger = ledger
+
+    async def start(self) -> ServerSet:
+        """Create a fresh workspace and start every server in it (cwd = workspace).
+
+        Raises:
+            InfraError: A server did not start; whatever was started is stopped again.
+        """
+        entry = f"ws-{uuid.uuid4().hex[:12]}"
+        workspace = self.workspace_root / entry
+        self.ledger.record(entry, workspace=workspace)
+        workspace.mkdir(parents=True)
+        sset = ServerSet(entry=entry, workspace=workspace)
+        sessions = [
+            McpSession(name, cfg, workspace=workspace, parsers=self.parsers.get(name))
+            for name, cfg in self.servers.items()
+        ]
+        sset.sessions = {s.name: s for s in sessions}
+        try:
+            # Not gather(*...) without return_exceptions: one failure must not leave siblings starting.
+            results = await asyncio.gather(*(s.start() for s in sessions), return_exceptions=True)
+            _raise_first(results)
+            self.ledger.record(entry, workspace=workspace, pids=[s.pid for s in sessions])
+            sset.routes = _route(sessions)
+        except BaseException:
+            await self.stop(sset)
+            raise
+        return sset
+
+    async def stop(self, sset: ServerSet) -> None:
+        """Stop the servers, delete the workspace and its logs, drop the ledger entry. Idempotent."""
+        await asyncio.gather(*(s.close() for s in sset.sessions.values()), return_exceptions=True)
+        shutil.rmtree(sset.workspace, ignore_errors=True)
+        for log in sset.workspace.parent.glob(f"{sset.workspace.name}.*.stderr.log"):
+            log.unlink(missing_ok=True)
+        self.ledger.forget(sset.entry)
+
+
+def _raise_first(results: Sequence[object]) -> None:
+    failure = next((r for r in results if isinstance(r, BaseException)), None)
+    if failure is not None:
+        raise failure
+
+
+def _route(sessions: Sequence[McpSession]) -> dict[str, tuple[McpSession, str]]:
+    counts: dict[str, int] = {}
+    for session in sessions:
+        for tool in session.tools:
+            counts[tool.name] = counts.get(tool.name, 0) + 1
+    routes: dict[str, tuple[McpSession, str]] = {}
+    for session in sessions:
+        for tool in session.tools:
+            public = tool.name if counts[tool.name] == 1 else f"{session.name}__{tool.name}"
+            routes[public] = (session, tool.name)
+    return routes

@@ -1,0 +1,80 @@
+"""Helpers for MCP runtime tests (importable: pytest puts tests/ on sys.path)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
+
+from envs.contract import ToolResult
+from envs.mcp.env import McpEnv
+from support import COUNTER_SERVER
+
+ROOT = Path(__file__).parents[1]
+THIRD_PARTY_VENV = ROOT / ".venv-mcp-servers"
+"""Where .ci/run installs third-party MCP servers (they pin mcp 1.x, so not in our venv)."""
+THIRD_PARTY_PACKAGES = ["mcp-server-calculator==0.2.1"]
+
+COUNTER = {"command": "python", "args": [str(COUNTER_SERVER)], "tool_timeout_s": 10}
+HTTP_COUNTER = {
+    "command": "python",
+    "args": [str(COUNTER_SERVER), "--port", "{port}"],
+    "url": "http://127.0.0.1:{port}/mcp",
+}
+
+MakeEnv = Callable[..., McpEnv]
+
+
+def shout(result: ToolResult) -> str:
+    """A custom output parser (`mcp_support:shout`): the text, upper-cased."""
+    return result.text.upper()
+
+
+async def wait_until(predicate: Callable[[], bool], *, timeout_s: float = 20.0, what: str = "condition") -> None:
+    """Poll `predicate` until it holds, failing after `timeout_s` (no fixed sleeps in tests)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def node_queues_of(client: Client, workflow_id: str, activity: str = "call_tool") -> list[str]:
+    """The task queues `activity` was scheduled on, in order, from the workflow's history."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return [
+        e.activity_task_scheduled_event_attributes.task_queue.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == activity
+    ]
+
+
+async def polling(client: Client, queue: str) -> bool:
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+        )
+    )
+    return bool(response.pollers)
+
+
+async def wait_polling(client: Client, queues: list[str], timeout_s: float = 90) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not all([await polling(client, q) for q in queues]):
+        assert asyncio.get_running_loop().time() < deadline, f"workers never polled {queues}"
+        await asyncio.sleep(0.2)
+
+
+def node_ids(nodes: int) -> list[str]:
+    """The node ids the task's run script gives ranks 0..nodes-1 on this host."""
+    return [f"{socket.gethostname()}-{rank}" for rank in range(nodes)]

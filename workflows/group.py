@@ -1,0 +1,376 @@
+"""Parent workflows: a GRPO group (n samples of one task) and a batch over a dataset.
+
+GroupRolloutWorkflow runs n RolloutWorkflows of the same task as children, then the env's group
+reward and GRPO-style advantages. Infra-failed samples are excluded from the statistics and get
+no advantage: a trainer must drop them, never treat them as reward 0.
+
+BatchRolloutWorkflow runs a dataset split (or a task list) x samples with a sliding window of at
+most `window` children. It keeps its history bounded: trajectories are written to storage as JSONL
+parts (only URIs and small summaries stay in history), and before the history grows large it
+drains its window and continues as new, carrying its progress. Tasks are read a page at a time
+through an activity, so a dataset never sits whole in history either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import Field
+
+    from activities import errors
+    from activities.env import EnvActivities, GroupRewardInput
+    from activities.model import ModelConfig
+    from activities.storage import LoadTasksInput, StorageActivities, WriteJsonlInput
+    from envs.contract import Reward, Task, TerminationReason, Trajectory, Wire
+    from envs.rewards.group import group_advantages
+    from workflows import names
+    from workflows.activity_calls import describe, error_type, execute
+    from workflows.rollout import RetrySettings, RolloutInput, RolloutLimits, RolloutWorkflow
+
+
+class GroupInput(Wire):
+    """Input of GroupRolloutWorkflow."""
+
+    rollout: RolloutInput
+    """Template of every sample (env, task, model, limits); a model seed, if set, is offset per sample."""
+    n: int = Field(default=8, ge=1, le=512)
+    """Samples of the task."""
+    scale_by_std: bool = True
+    """GRPO advantages (r - mean) / std; False gives Dr. GRPO's unscaled r - mean."""
+    group_reward: bool = True
+    """Call the env's compute_group_reward and add its components to each sample's reward."""
+
+
+class GroupResult(Wire):
+    """The group, with rewards and advantages aligned to `trajectories`."""
+
+    task_id: str
+    trajectories: list[Trajectory]
+    rewards: list[float | None]
+    """Total reward per sample (None for infra-failed samples)."""
+    advantages: list[float | None]
+    """Advantage per sample (None for infra-failed samples)."""
+    mean_reward: float | None
+    infra_failed: int
+
+
+class RolloutOptions(Wire):
+    """What every rollout of a batch shares: the model, the budgets and the retry settings."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    limits: RolloutLimits = Field(default_factory=RolloutLimits)
+    retry: RetrySettings = Field(default_factory=RetrySettings)
+
+
+class RolloutSummary(Wire):
+    """One finished rollout of a batch, small enough to keep in history."""
+
+    rollout_id: str
+    task_id: str
+    sample: int
+    reward: float | None
+    termination: TerminationReason
+    infra_failed: bool
+
+
+class BatchState(Wire):
+    """Progress carried across continue-as-new."""
+
+    next_index: int = 0
+    """Global index of the next rollout to start (task index * samples + sample)."""
+    summaries: list[RolloutSummary] = Field(default_factory=list)
+    parts: list[str] = Field(default_factory=list)
+    """URIs of the JSONL parts written so far."""
+    runs: int = 0
+    """How many times the batch continued as new."""
+    exhausted: bool = False
+
+
+class BatchInput(Wire):
+    """Input of BatchRolloutWorkflow: tasks inline, or an env dataset read page by page."""
+
+    env: str
+    tasks: list[Task] = Field(default_factory=list)
+    """Inline tasks (keep it small); or leave empty and name a `dataset`."""
+    dataset: str | None = None
+    """Dataset name or path understood by the env's `load_dataset`."""
+    dataset_options: dict[str, object] = Field(default_factory=dict)
+    num_tasks: int | None = Field(default=None, ge=1)
+    """Use at most this many tasks."""
+    samples_per_task: int = Field(default=1, ge=1, le=512)
+    options: RolloutOptions = Field(default_factory=RolloutOptions)
+    """Model, budgets and retries of every rollout."""
+    window: int = Field(default=64, ge=1, le=1000)
+    """Children in flight at most."""
+    destination: str | None = None
+    """Storage base URI for the JSONL parts (None: the worker's default store)."""
+    flush_bytes: int = Field(default=1_000_000, ge=1024, le=1_500_000)
+    """Write a JSONL part once buffered trajectories exceed this (kept under the 2 MB payload limit)."""
+    max_children_per_run: int = Field(default=400, ge=1)
+    """Continue as new after starting this many children in one run (bounds history size)."""
+    state: BatchState = Field(default_factory=BatchState)
+    """Internal: progress carried across continue-as-new. Leave empty."""
+
+
+class BatchResult(Wire):
+    """What a batch produced; the trajectories are in `parts`."""
+
+    batch_id: str
+    total: int
+    completed: int
+    infra_failed: int
+    mean_reward: float | None
+    parts: list[str]
+    runs: int
+    summaries: list[RolloutSummary]
+
+
+CHILD_RETRY = RetryPolicy(maximum_attempts=1)
+STORAGE_TIMEOUT = timedelta(minutes=2)
+TASK_PAGE = 256
+
+
+def failed_trajectory(rollout: RolloutInput, rollout_id: str, error: ChildWorkflowError) -> Trajectory:
+    """A child that failed outright (not an infra-flagged result) as an infra-failed trajectory."""
+    return Trajectory(
+        rollout_id=rollout_id,
+        task_id=rollout.task.id,
+        env=rollout.env,
+        model=rollout.model.model,
+        messages=[],
+        termination=TerminationReason.ENV_ERROR,
+        infra_failed=True,
+        error=f"rollout workflow failed: {error.cause or error}",
+    )
+
+
+async def run_child(rollout: RolloutInput, child_id: str) -> Trajectory:
+    """Run one rollout as a child; invalid input fails the parent, other child failures are data."""
+    try:
+        return await workflow.execute_child_workflow(
+            RolloutWorkflow.run, rollout, id=child_id, retry_policy=CHILD_RETRY
+        )
+    except ChildWorkflowError as exc:
+        cause = exc.cause
+        if isinstance(cause, ApplicationError) and cause.type == errors.INVALID_INPUT:
+            raise ApplicationError(cause.message, type=errors.INVALID_INPUT, non_retryable=True) from exc
+        return failed_trajectory(rollout, child_id, exc)
+
+
+@workflow.defn(name=names.GROUP_WORKFLOW)
+class GroupRolloutWorkflow:
+    @workflow.run
+    async def run(self, input: GroupInput) -> GroupResult:
+        parent = workflow.info().workflow_id
+        template = input.rollout
+        samples = []
+        for i in range(input.n):
+            model = template.model
+            if model.seed is not None:
+                model = model.model_copy(update={"seed": model.seed + i})
+            samples.append(template.model_copy(update={"model": model, "rollout_id": None}))
+        trajectories = list(await asyncio.gather(*(run_child(s, f"{parent}/s{i}") for i, s in enumerate(samples))))
+        rewards: list[float | None] = [t.reward.total if t.reward else None for t in trajectories]
+        valid = [i for i, t in enumerate(trajectories) if t.reward is not None]
+        if input.group_reward and valid:
+            extra = await execute(
+                EnvActivities.compute_group_reward,
+                GroupRewardInput(
+                    env=template.env,
+                    rollout_ids=[trajectories[i].rollout_id for i in valid],
+                    completions=[trajectories[i].messages for i in valid],
+                    tasks=[template.task for _ in valid],
+                ),
+                start_to_close_timeout=timedelta(minutes=10),
+                retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=[errors.REWARD_ERROR]),
+                summary=f"group reward {template.env} x{len(valid)}",
+            )
+            for i, components in zip(valid, extra, strict=True):
+                if components:
+                    base = trajectories[i].reward
+                    assert base is not None
+                    merged = Reward(
+                        total=base.total + math.fsum(components.values()),
+                        components={**base.components, **{f"group/{k}": v for k, v in components.items()}},
+                        info=base.info,
+                    )
+                    trajectories[i] = trajectories[i].model_copy(update={"reward": merged})
+                    rewards[i] = merged.total
+        advantages = group_advantages(rewards, scale_by_std=input.scale_by_std)
+        scored = [r for r in rewards if r is not None]
+        return GroupResult(
+            task_id=template.task.id,
+            trajectories=trajectories,
+            rewards=rewards,
+            advantages=advantages,
+            mean_reward=math.fsum(scored) / len(scored) if scored else None,
+            infra_failed=len(trajectories) - len(scored),
+        )
+
+
+@workflow.defn(name=names.BATCH_WORKFLOW)
+class BatchRolloutWorkflow:
+    def __init__(self) -> None:
+        self._state = BatchState()
+        self._in_flight = 0
+
+    @workflow.query
+    def progress(self) -> dict[str, int | float | None]:
+        """Rollouts finished, in flight and infra-failed so far, and the running mean reward."""
+        done = self._state.summaries
+        scored = [s.reward for s in done if s.reward is not None]
+        return {
+            "completed": len(done),
+            "in_flight": self._in_flight,
+            "infra_failed": sum(s.infra_failed for s in done),
+            "mean_reward": math.fsum(scored) / len(scored) if scored else None,
+            "parts": len(self._state.parts),
+            "runs": self._state.runs,
+        }
+
+    @workflow.run
+    async def run(self, input: BatchInput) -> BatchResult:
+        if not input.tasks and input.dataset is None:
+            raise ApplicationError(
+                "a batch needs `tasks` or a `dataset`", type=errors.INVALID_INPUT, non_retryable=True
+            )
+        self._input = input
+        self._batch_id = workflow.info().workflow_id
+        self._state = input.state.model_copy(deep=True)
+        self._pages: dict[int, list[Task]] = {}
+        self._buffer: list[Trajectory] = []
+        self._buffer_bytes = 0
+        workflow.upsert_search_attributes([names.SA_ENV.value_set(input.env), names.SA_BATCH.value_set(self._batch_id)])
+
+        running: list[tuple[int, asyncio.Task[Trajectory]]] = []
+        started_this_run = 0
+        while True:
+            while (
+                len(running) < input.window
+                and started_this_run < input.max_children_per_run
+                and not workflow.info().is_continue_as_new_suggested()
+                and (rollout := await self._next_rollout()) is not None
+            ):
+                index = self._state.next_index - 1
+                child_id = f"{self._batch_id}/r{index}"
+                running.append((index, asyncio.ensure_future(run_child(rollout, child_id))))
+                started_this_run += 1
+            self._in_flight = len(running)
+            if not running:
+                break
+            await workflow.wait([task for _, task in running], return_when=asyncio.FIRST_COMPLETED)
+            still = []
+            for index, task in running:  # list order, not set order: deterministic
+                if task.done():
+                    await self._record(index, task.result())
+                else:
+                    still.append((index, task))
+            running = still
+        await self._flush()
+        if not self._state.exhausted:
+            self._state.runs += 1
+            workflow.continue_as_new(input.model_copy(update={"state": self._state}))
+        return self._result()
+
+    async def _next_rollout(self) -> RolloutInput | None:
+        """The next rollout to start, or None when the tasks are exhausted."""
+        input = self._input
+        index = self._state.next_index
+        task_index, sample = divmod(index, input.samples_per_task)
+        if input.num_tasks is not None and task_index >= input.num_tasks:
+            self._state.exhausted = True
+            return None
+        task = await self._task(task_index)
+        if task is None:
+            self._state.exhausted = True
+            return None
+        self._state.next_index += 1
+        options = input.options
+        model = options.model
+        if model.seed is not None:
+            model = model.model_copy(update={"seed": model.seed + sample})
+        return RolloutInput(
+            env=input.env, task=task, model=model, limits=options.limits, retry=options.retry, batch_id=self._batch_id
+        )
+
+    async def _task(self, task_index: int) -> Task | None:
+        input = self._input
+        if input.tasks:
+            return input.tasks[task_index] if task_index < len(input.tasks) else None
+        page_number, offset = divmod(task_index, TASK_PAGE)
+        if page_number not in self._pages:
+            try:
+                page = await execute(
+                    StorageActivities.load_tasks,
+                    LoadTasksInput(
+                        env=input.env,
+                        dataset=input.dataset or "",
+                        options=dict(input.dataset_options),
+                        offset=page_number * TASK_PAGE,
+                        limit=TASK_PAGE,
+                    ),
+                    start_to_close_timeout=STORAGE_TIMEOUT,
+                    retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=[errors.ENV_CONFIG]),
+                    summary=f"load tasks {page_number * TASK_PAGE}..{(page_number + 1) * TASK_PAGE - 1}",
+                )
+            except ActivityError as exc:
+                if error_type(exc) == errors.ENV_CONFIG:
+                    raise ApplicationError(describe(exc), type=errors.INVALID_INPUT, non_retryable=True) from exc
+                raise
+            self._pages = {page_number: page}
+        page = self._pages[page_number]
+        return page[offset] if offset < len(page) else None
+
+    async def _record(self, index: int, trajectory: Trajectory) -> None:
+        sample = index % self._input.samples_per_task
+        self._state.summaries.append(
+            RolloutSummary(
+                rollout_id=trajectory.rollout_id,
+                task_id=trajectory.task_id,
+                sample=sample,
+                reward=trajectory.reward.total if trajectory.reward else None,
+                termination=trajectory.termination,
+                infra_failed=trajectory.infra_failed,
+            )
+        )
+        size = len(trajectory.model_dump_json())
+        if self._buffer and self._buffer_bytes + size > self._input.flush_bytes:
+            await self._flush()
+        self._buffer.append(trajectory)
+        self._buffer_bytes += size
+
+    async def _flush(self) -> None:
+        if not self._buffer:
+            return
+        key = f"{self._batch_id}/trajectories/part-{len(self._state.parts):05d}.jsonl"
+        uri = await execute(
+            StorageActivities.write_jsonl,
+            WriteJsonlInput(key=key, trajectories=self._buffer, destination=self._input.destination),
+            start_to_close_timeout=STORAGE_TIMEOUT,
+            retry_policy=RetryPolicy(maximum_attempts=5),
+            summary=f"write {len(self._buffer)} trajectories",
+        )
+        self._state.parts.append(uri)
+        self._buffer = []
+        self._buffer_bytes = 0
+
+    def _result(self) -> BatchResult:
+        done = self._state.summaries
+        scored = [s.reward for s in done if s.reward is not None]
+        return BatchResult(
+            batch_id=self._batch_id,
+            total=len(done),
+            completed=len(scored),
+            infra_failed=sum(s.infra_failed for s in done),
+            mean_reward=math.fsum(scored) / len(scored) if scored else None,
+            parts=self._state.parts,
+            runs=self._state.runs,
+            summaries=done,
+        )
