@@ -41,6 +41,7 @@ from envs.contract import (
     Wire,
 )
 from envs.registry import EnvFileError, UnknownEnvError, env_class, storage_name
+from envs.rewards.rubric import Rubric
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -64,6 +65,8 @@ class RolloutHandle(Wire):
     system_prompt: str
     replayable: bool = False
     stateless: bool = False
+    rubric: Rubric | None = None
+    """The env's judge rubric for this task, if it has one."""
 
 
 class CallToolInput(Wire):
@@ -148,9 +151,10 @@ class EnvActivities:
         env = self.env(input.env)
         key = state_key(input.rollout_id, input.incarnation)
         try:
-            await env.init_rollout(key, **input.task.init_args)
+            await _with_heartbeat(env.init_rollout(key, **input.task.init_args))
             tools = await env.list_tools()
             system_prompt = await env.get_system_prompt(input.task)
+            rubric = env.rubric(input.task)
         except InfraError as exc:
             await env.release_rollout(key)
             raise ApplicationError(f"init of {input.env} failed: {exc}", type=errors.ENV_ERROR) from exc
@@ -165,6 +169,7 @@ class EnvActivities:
             system_prompt=system_prompt,
             replayable=env.replayable,
             stateless=env.stateless,
+            rubric=rubric,
         )
 
     @activity.defn(name="call_tool")

@@ -22,9 +22,12 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+if TYPE_CHECKING:  # envs.rewards.rubric imports this module
+    from envs.rewards.rubric import Rubric
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -377,6 +380,15 @@ class BaseEnv(ABC):
     def load_dataset(cls, name: str, **kwargs: Any) -> Iterable[Task]:
         """Load a dataset by name or path into Tasks."""
         raise NotImplementedError(f"{cls.__name__} has no dataset loader for {name!r}")
+
+    def rubric(self, task: Task) -> Rubric | None:
+        """Criteria an LLM judge scores for `task` (envs.rewards.rubric.Rubric), or None.
+
+        When a rubric is given (here or in the rollout's judge settings), the rollout runs the
+        `judge` activity after `compute_reward` and combines both rewards.
+        """
+        del task
+        return None
 
     @classmethod
     def baseline_policy(cls, name: str = "default") -> Any:

@@ -234,8 +234,9 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:
-        print(json.dumps({k: summary[k] for k in summary if k not in {"per_task"}}, indent=2, default=str))
-        print(f"\nreport: {summary['out_dir']}/report.md")
+        report_md = Path(summary["out_dir"]) / "report.md"
+        print(report_md.read_text())
+        print(f"report, data and plots: {summary['out_dir']}")
     return 0
 
 

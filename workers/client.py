@@ -161,7 +161,9 @@ async def iterate_groups(
     semaphore = asyncio.Semaphore(concurrency)
 
     async def one(task: Task) -> GroupResult:
-        rollout = RolloutInput(env=env, task=task, model=opts.model, limits=opts.limits, retry=opts.retry)
+        rollout = RolloutInput(
+            env=env, task=task, model=opts.model, limits=opts.limits, retry=opts.retry, judge=opts.judge
+        )
         async with semaphore:
             return await client.execute_workflow(
                 GroupRolloutWorkflow.run,

@@ -48,6 +48,15 @@ class Settings(BaseSettings):
     """Default model name sent to that endpoint."""
     model_api_key: SecretStr | None = None
     """API key for the model endpoint. Read by the worker only; never put in workflow input."""
+    judge_url: str | None = None
+    """Default OpenAI-compatible endpoint (…/v1) of the LLM judge for rubric rewards."""
+    judge_model: str = ""
+    """Default judge model name."""
+    judge_api_key: SecretStr | None = None
+    """API key of the judge endpoint (worker config only, never in workflow input)."""
+    judge_rate_per_second: float | None = 10.0
+    """Judge calls per second across ALL workers of the deployment (server-side queue rate limit);
+    every worker must use the same value."""
     storage_uri: str | None = None
     """Where batches write results: file:///dir or s3://bucket/prefix (default: <data_dir>/results)."""
     s3_endpoint_url: str | None = None

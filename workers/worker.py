@@ -21,12 +21,14 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.env import EnvActivities
+from activities.judge import JudgeActivities
 from activities.model import ModelActivities
 from activities.storage import StorageActivities
 from envs.mcp.ledger import reap_orphans
 from workers.config import Settings
+from workers.judge_worker import judge_worker
 from workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
-from workflows.names import node_queue
+from workflows.names import judge_queue, node_queue
 from workflows.rollout import RolloutWorkflow
 
 log = logging.getLogger(__name__)
@@ -77,6 +79,16 @@ async def running_worker(
         default_base_url=settings.model_url, default_model=settings.model_name, api_key=api_key
     )
     storage = StorageActivities(default_uri=settings.results_uri, s3_endpoint_url=settings.s3_endpoint_url)
+    judge_key = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None
+    judge_activities = JudgeActivities(
+        default_base_url=settings.judge_url, default_model=settings.judge_model, api_key=judge_key
+    )
+    judge = judge_worker(
+        client,
+        activities=judge_activities,
+        rate_per_second=settings.judge_rate_per_second,
+        task_queue=judge_queue(settings.task_queue),
+    )
     shared = Worker(
         client,
         task_queue=settings.task_queue,
@@ -99,12 +111,13 @@ async def running_worker(
         max_concurrent_activities=settings.max_concurrent_activities,
     )
     try:
-        async with shared, node:
+        async with shared, node, judge:
             log.info("worker %s polling %s and %s", settings.node_id, settings.task_queue, queue)
             yield RunningWorker(settings, queue, env_activities, model_activities)
     finally:
         await env_activities.shutdown()
         await model_activities.aclose()
+        await judge_activities.aclose()
 
 
 async def run_worker(settings: Settings) -> None:

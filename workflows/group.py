@@ -6,7 +6,7 @@ no advantage: a trainer must drop them, never treat them as reward 0.
 
 BatchRolloutWorkflow runs a dataset split (or a task list) x samples with a sliding window of at
 most `window` children. It keeps its history bounded: trajectories are written to storage as JSONL
-parts (only URIs and small summaries stay in history), and before the history grows large it
+parts (only URIs and counters stay in history), and before the history grows large it
 drains its window and continues as new, carrying its progress. Tasks are read a page at a time
 through an activity, so a dataset never sits whole in history either.
 """
@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from envs.rewards.group import group_advantages
     from workflows import names
     from workflows.activity_calls import describe, error_type, execute
+    from workflows.judging import JudgeConfig
     from workflows.rollout import RetrySettings, RolloutInput, RolloutLimits, RolloutWorkflow
 
 
@@ -67,17 +68,8 @@ class RolloutOptions(Wire):
     model: ModelConfig = Field(default_factory=ModelConfig)
     limits: RolloutLimits = Field(default_factory=RolloutLimits)
     retry: RetrySettings = Field(default_factory=RetrySettings)
-
-
-class RolloutSummary(Wire):
-    """One finished rollout of a batch, small enough to keep in history."""
-
-    rollout_id: str
-    task_id: str
-    sample: int
-    reward: float | None
-    termination: TerminationReason
-    infra_failed: bool
+    judge: JudgeConfig | None = None
+    """LLM-judge settings (rubric rewards); None unless the env gives a rubric."""
 
 
 class BatchState(Wire):
@@ -85,7 +77,12 @@ class BatchState(Wire):
 
     next_index: int = 0
     """Global index of the next rollout to start (task index * samples + sample)."""
-    summaries: list[RolloutSummary] = Field(default_factory=list)
+    finished: int = 0
+    """Rollouts finished (scored or infra-failed)."""
+    scored: int = 0
+    infra_failed: int = 0
+    reward_sum: float = 0.0
+    """Sum of the scored rewards, in completion order (deterministic under replay)."""
     parts: list[str] = Field(default_factory=list)
     """URIs of the JSONL parts written so far."""
     runs: int = 0
@@ -111,8 +108,9 @@ class BatchInput(Wire):
     """Children in flight at most."""
     destination: str | None = None
     """Storage base URI for the JSONL parts (None: the worker's default store)."""
-    flush_bytes: int = Field(default=1_000_000, ge=1024, le=1_500_000)
-    """Write a JSONL part once buffered trajectories exceed this (kept under the 2 MB payload limit)."""
+    flush_bytes: int = Field(default=400_000, ge=1024, le=1_500_000)
+    """Write a JSONL part once buffered trajectories exceed this (under Temporal's 512 KB payload
+    warning and far under its 2 MB limit)."""
     max_children_per_run: int = Field(default=400, ge=1)
     """Continue as new after starting this many children in one run (bounds history size)."""
     state: BatchState = Field(default_factory=BatchState)
@@ -128,8 +126,8 @@ class BatchResult(Wire):
     infra_failed: int
     mean_reward: float | None
     parts: list[str]
+    """URIs of the JSONL parts holding every trajectory."""
     runs: int
-    summaries: list[RolloutSummary]
 
 
 CHILD_RETRY = RetryPolicy(maximum_attempts=1)
@@ -224,13 +222,12 @@ class BatchRolloutWorkflow:
     @workflow.query
     def progress(self) -> dict[str, int | float | None]:
         """Rollouts finished, in flight and infra-failed so far, and the running mean reward."""
-        done = self._state.summaries
-        scored = [s.reward for s in done if s.reward is not None]
+        state = self._state
         return {
-            "completed": len(done),
+            "completed": state.finished,
             "in_flight": self._in_flight,
-            "infra_failed": sum(s.infra_failed for s in done),
-            "mean_reward": math.fsum(scored) / len(scored) if scored else None,
+            "infra_failed": state.infra_failed,
+            "mean_reward": state.reward_sum / state.scored if state.scored else None,
             "parts": len(self._state.parts),
             "runs": self._state.runs,
         }
@@ -249,7 +246,7 @@ class BatchRolloutWorkflow:
         self._buffer_bytes = 0
         workflow.upsert_search_attributes([names.SA_ENV.value_set(input.env), names.SA_BATCH.value_set(self._batch_id)])
 
-        running: list[tuple[int, asyncio.Task[Trajectory]]] = []
+        running: list[asyncio.Task[Trajectory]] = []
         started_this_run = 0
         while True:
             while (
@@ -258,21 +255,20 @@ class BatchRolloutWorkflow:
                 and not workflow.info().is_continue_as_new_suggested()
                 and (rollout := await self._next_rollout()) is not None
             ):
-                index = self._state.next_index - 1
-                child_id = f"{self._batch_id}/r{index}"
-                running.append((index, asyncio.ensure_future(run_child(rollout, child_id))))
+                child_id = f"{self._batch_id}/r{self._state.next_index - 1}"
+                running.append(asyncio.ensure_future(run_child(rollout, child_id)))
                 started_this_run += 1
             self._in_flight = len(running)
             if not running:
                 break
-            await workflow.wait([task for _, task in running], return_when=asyncio.FIRST_COMPLETED)
-            still = []
-            for index, task in running:  # list order, not set order: deterministic
-                if task.done():
-                    await self._record(index, task.result())
-                else:
-                    still.append((index, task))
-            running = still
+            await workflow.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            # Split before recording: a flush inside _record awaits, and children finishing
+            # meanwhile must stay in `running` to be recorded next round. List order, not set
+            # order: deterministic under replay.
+            done = [task for task in running if task.done()]
+            running = [task for task in running if not task.done()]
+            for task in done:
+                await self._record(task.result())
         await self._flush()
         if not self._state.exhausted:
             self._state.runs += 1
@@ -297,7 +293,13 @@ class BatchRolloutWorkflow:
         if model.seed is not None:
             model = model.model_copy(update={"seed": model.seed + sample})
         return RolloutInput(
-            env=input.env, task=task, model=model, limits=options.limits, retry=options.retry, batch_id=self._batch_id
+            env=input.env,
+            task=task,
+            model=model,
+            limits=options.limits,
+            retry=options.retry,
+            judge=options.judge,
+            batch_id=self._batch_id,
         )
 
     async def _task(self, task_index: int) -> Task | None:
@@ -328,18 +330,13 @@ class BatchRolloutWorkflow:
         page = self._pages[page_number]
         return page[offset] if offset < len(page) else None
 
-    async def _record(self, index: int, trajectory: Trajectory) -> None:
-        sample = index % self._input.samples_per_task
-        self._state.summaries.append(
-            RolloutSummary(
-                rollout_id=trajectory.rollout_id,
-                task_id=trajectory.task_id,
-                sample=sample,
-                reward=trajectory.reward.total if trajectory.reward else None,
-                termination=trajectory.termination,
-                infra_failed=trajectory.infra_failed,
-            )
-        )
+    async def _record(self, trajectory: Trajectory) -> None:
+        state = self._state
+        state.finished += 1
+        if trajectory.reward is not None:
+            state.scored += 1
+            state.reward_sum += trajectory.reward.total
+        state.infra_failed += trajectory.infra_failed
         size = len(trajectory.model_dump_json())
         if self._buffer and self._buffer_bytes + size > self._input.flush_bytes:
             await self._flush()
@@ -362,15 +359,13 @@ class BatchRolloutWorkflow:
         self._buffer_bytes = 0
 
     def _result(self) -> BatchResult:
-        done = self._state.summaries
-        scored = [s.reward for s in done if s.reward is not None]
+        state = self._state
         return BatchResult(
             batch_id=self._batch_id,
-            total=len(done),
-            completed=len(scored),
-            infra_failed=sum(s.infra_failed for s in done),
-            mean_reward=math.fsum(scored) / len(scored) if scored else None,
-            parts=self._state.parts,
-            runs=self._state.runs,
-            summaries=done,
+            total=state.finished,
+            completed=state.scored,
+            infra_failed=state.infra_failed,
+            mean_reward=state.reward_sum / state.scored if state.scored else None,
+            parts=state.parts,
+            runs=state.runs,
         )

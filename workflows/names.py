@@ -11,8 +11,10 @@ from temporalio.common import SearchAttributeKey
 TASK_QUEUE = "gymflow"
 """Default shared task queue: workflows, model calls and rollout initialisation."""
 
-JUDGE_TASK_QUEUE = "gymflow-judge"
-"""LLM-judge activities: their own queue, so one server-side rate limit covers every judge worker."""
+JUDGE_QUEUE_SUFFIX = "-judge"
+"""LLM-judge activities run on f"{shared queue}{JUDGE_QUEUE_SUFFIX}": a queue of their own, so one
+server-side rate limit covers every judge worker of the deployment."""
+JUDGE_TASK_QUEUE = TASK_QUEUE + JUDGE_QUEUE_SUFFIX
 
 NODE_QUEUE_SEPARATOR = "@"
 """A node's own queue is f"{shared queue}{NODE_QUEUE_SEPARATOR}{node id}"."""
@@ -34,3 +36,8 @@ SEARCH_ATTRIBUTES = (SA_ENV, SA_STATUS, SA_REWARD, SA_BATCH, SA_MODEL)
 def node_queue(task_queue: str, node_id: str) -> str:
     """The task queue only the worker on `node_id` polls."""
     return f"{task_queue}{NODE_QUEUE_SEPARATOR}{node_id}"
+
+
+def judge_queue(task_queue: str) -> str:
+    """The LLM-judge queue belonging to shared queue `task_queue`."""
+    return f"{task_queue}{JUDGE_QUEUE_SUFFIX}"

@@ -34,8 +34,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.model import GenerateInput, GenerateResult, ModelActivities, ModelConfig
     from envs.contract import Message, Reward, Task, TerminationReason, ToolCall, ToolResult, Trajectory, Usage, Wire
-    from workflows import names
+    from envs.rewards.rubric import Rubric
+    from workflows import judging, names
     from workflows.activity_calls import call_summary, describe, error_type, execute, node_lost, timed_out
+    from workflows.judging import JudgeConfig
 
 
 class RolloutLimits(Wire):
@@ -81,6 +83,8 @@ class RolloutInput(Wire):
     """Default: the workflow id."""
     batch_id: str | None = None
     """Set by parent workflows; becomes the GymflowBatch search attribute."""
+    judge: JudgeConfig | None = None
+    """Have an LLM judge score the rollout (the rubric defaults to the env's)."""
 
 
 RolloutResult = Trajectory
@@ -113,6 +117,7 @@ class RolloutWorkflow:
         self._executed: list[tuple[ToolCall, ToolResult]] = []
         """Successful tool calls and their results, in order: what a replay re-runs and checks."""
         self._handle: RolloutHandle | None = None
+        self._rubric: Rubric | None = None
         self._budget_hit = False
         self._pending_chars = 0
         self._last_completion_tokens = 0
@@ -138,20 +143,33 @@ class RolloutWorkflow:
         workflow.upsert_memo({"task_id": input.task.id})
         reward: Reward | None = None
         try:
-            self._handle = await self._init(incarnation=0)
-            self._messages = [Message(role="system", content=self._handle.system_prompt)]
-            self._messages += input.task.opening_messages()
-            reason = await self._agent_loop()
-            reward = await self._on_node(self._reward)
+            try:
+                self._handle = await self._init(incarnation=0)
+                self._rubric = input.judge.rubric if input.judge and input.judge.rubric else self._handle.rubric
+                self._messages = [Message(role="system", content=self._handle.system_prompt)]
+                self._messages += input.task.opening_messages()
+                reason = await self._agent_loop()
+                reward = await self._on_node(self._reward)
+            finally:
+                await self._release()  # the judge needs no env state: free the servers first
+            if reward is not None and self._rubric is not None:
+                reward = await self._judged(reward)
             stop = _Stop(reason)
         except _Stop as exc:
             stop = exc
         except asyncio.CancelledError:
-            await self._release()
             workflow.upsert_search_attributes([names.SA_STATUS.value_set("cancelled")])
             raise
-        await self._release()
         return self._finish(stop, reward)
+
+    async def _judged(self, reward: Reward) -> Reward:
+        config = self._input.judge or JudgeConfig()
+        assert self._rubric is not None
+        try:
+            verdict = await judging.judge(config, self._rubric, self._input.task, self._messages)
+        except ActivityError as exc:
+            raise _Stop(TerminationReason.REWARD_ERROR, f"judge failed: {describe(exc)}") from exc
+        return judging.combine(reward, verdict, config)
 
     # -- the agent loop ----------------------------------------------------------------------
     async def _agent_loop(self) -> TerminationReason:
@@ -245,6 +263,7 @@ class RolloutWorkflow:
                 EnvActivities.init_rollout,
                 InitRolloutInput(env=input.env, rollout_id=self._rollout_id, incarnation=incarnation, task=input.task),
                 start_to_close_timeout=INIT_TIMEOUT,
+                heartbeat_timeout=ENV_HEARTBEAT,  # a node lost mid-init is noticed in seconds, not minutes
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=1),
                     maximum_attempts=input.retry.env_attempts,

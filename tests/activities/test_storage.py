@@ -111,7 +111,7 @@ async def test_local_store_refuses_reads_outside_its_root(tmp_path: Path) -> Non
 
 def test_bad_jsonl_names_the_line() -> None:
     data = to_jsonl([trajectory(0)]) + b'{"not": "a trajectory"}\n'
-    with pytest.raises(StorageError, match="part.jsonl:2"):
+    with pytest.raises(StorageError, match=r"part\.jsonl:2"):
         trajectories_from_jsonl(data, source="part.jsonl")
 
 

@@ -12,6 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 # The project root first, so the real packages win over the tests/ folders that mirror them.
@@ -27,6 +28,13 @@ from workers.client import DATA_CONVERTER, start_rollout  # noqa: E402
 from workers.policy_server import PolicyServer  # noqa: E402
 from workers.server import temporal_binary  # noqa: E402
 from workers.worker import running_worker  # noqa: E402
+from workflows.group import (  # noqa: E402
+    BatchInput,
+    BatchRolloutWorkflow,
+    GroupInput,
+    GroupRolloutWorkflow,
+    RolloutOptions,
+)
 from workflows.names import SEARCH_ATTRIBUTES  # noqa: E402
 from workflows.rollout import RetrySettings, RolloutInput  # noqa: E402
 
@@ -70,7 +78,39 @@ async def main() -> None:
                     history = await handle.fetch_history()
                     (OUT / f"{name}.json").write_text(history.to_json())
                     print("recorded", name)
+            await record_parents(client, settings.task_queue, calc.url)
     await env.shutdown()
+
+
+async def record_parents(client: Client, task_queue: str, url: str) -> None:
+    """A GRPO group and the first run of a batch that continues as new (files are named after
+    the workflow id: replay derives child ids from it)."""
+    model = ModelConfig(base_url=url)
+    task = generate_tasks(1, seed=2)[0]
+    group = await client.start_workflow(
+        GroupRolloutWorkflow.run,
+        GroupInput(rollout=RolloutInput(env="math-inproc", task=task, model=model), n=2),
+        id="group_math",
+        task_queue=task_queue,
+    )
+    batch = await client.start_workflow(
+        BatchRolloutWorkflow.run,
+        BatchInput(
+            env="math-inproc",
+            tasks=generate_tasks(3, seed=4),
+            options=RolloutOptions(model=model),
+            window=2,
+            max_children_per_run=2,
+        ),
+        id="batch_math",
+        task_queue=task_queue,
+    )
+    await group.result()
+    await batch.result()
+    for name, handle in {"group_math": group, "batch_math": batch}.items():
+        run = client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id)
+        (OUT / f"{name}.json").write_text((await run.fetch_history()).to_json())
+        print("recorded", name)
 
 
 if __name__ == "__main__":

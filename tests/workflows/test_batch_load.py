@@ -74,6 +74,6 @@ async def test_thousand_rollout_batch(client: Client, worker: RunningWorker, tmp
         "max_history_events": largest.history_length,
         "max_history_bytes": history_bytes,
         "parts": len(result.parts),
-        "mean_reward": report.model_dump(mode="json").get("mean_reward"),
+        "mean_reward": report.policy.mean.value if report.policy.mean else None,
     }
     print(json.dumps(figures))

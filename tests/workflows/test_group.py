@@ -112,7 +112,6 @@ async def test_batch_continues_as_new_and_writes_jsonl(client: Client, worker: R
     assert result.mean_reward == 1.0
     assert result.runs >= 3  # 20 children at 6 per run: continue-as-new happened
     trajectories = await read_trajectories(result.parts)
-    assert sorted(t.rollout_id for t in trajectories) == sorted(s.rollout_id for s in result.summaries)
     assert len({t.rollout_id for t in trajectories}) == 20
     assert len(result.parts) > 1
     assert all(t.messages and t.reward is not None for t in trajectories)
@@ -131,7 +130,8 @@ async def test_batch_scripted_policy_counts_each_task(client: Client, worker: Ru
             task_queue=worker.task_queue,
         )
     assert result.total == 3 and result.mean_reward == 0.0
-    assert sorted(s.task_id for s in result.summaries) == sorted(t.id for t in tasks)
+    stored = await read_trajectories(result.parts)
+    assert sorted(t.task_id for t in stored) == sorted(t.id for t in tasks)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,1 @@
+"""The spreadsheet environment: SpreadsheetBench-style tasks, a sandboxed code runner, recalculated formulas."""

@@ -1,0 +1,137 @@
+"""The spreadsheet environment: SpreadsheetBench-style workbook tasks with a sandboxed code runner.
+
+Each rollout gets a workspace holding ``input.xlsx`` and one MCP server process
+(`envs.sheets.servers.workbook`) whose tools all run in the sandbox. The model saves
+``output.xlsx``; the reward compares its answer cells with the expected ones, recalculating
+formulas (`envs.sheets.rewards`). Answers are never in the workspace.
+
+Design decisions:
+
+* The sandbox mode (level, own uid) is detected once per worker, when the env is built, and
+  passed to every server on its command line, so servers start without probing and all rollouts
+  of a worker are isolated alike. `SheetsEnv(sandbox_level=...)` (or ``GYMFLOW_SANDBOX``) forces
+  a level; an unavailable one fails the env's construction, never silently weakens it.
+* Replayable: the workspace is a function of the input and the tool calls (programs that read the
+  clock or randomness aside), so after a lost node the workflow rebuilds it by re-running them.
+* Tool timeouts: the server's per-call limit is the sandbox wall time plus a margin, so the
+  model sees the sandbox's own "ran longer than Ns" error, and the server is not killed for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from envs.contract import Message, Reward, Task
+from envs.mcp.env import McpEnv
+from envs.policy import NullPolicy, Policy
+from envs.sheets.data import INPUT_NAME, OUTPUT_NAME, input_bytes, load_generated, load_spreadsheetbench
+from envs.sheets.rewards import expected_from, extract_output, score
+from envs.sheets.sandbox import Guarantee, Level, Limits, detect, guarantees
+
+SYSTEM_PROMPT = f"""You are a spreadsheet expert. Each task gives an instruction about the Excel workbook \
+{INPUT_NAME} in your working directory, the cells that must hold the answer (the answer position) and a \
+preview of the workbook.
+
+Work through the tools: run_python runs a Python program (openpyxl is installed) in a sandbox whose \
+working directory holds {INPUT_NAME}; describe_workbook, read_range and write_cells inspect and edit \
+cells directly. Save the finished workbook as {OUTPUT_NAME}, keeping every sheet, e.g.
+    import openpyxl
+    wb = openpyxl.load_workbook("{INPUT_NAME}")
+    ...
+    wb.save("{OUTPUT_NAME}")
+Values or formulas both count: formulas are recalculated when your answer is checked. Only the cells of \
+the answer position in {OUTPUT_NAME} are compared. When {OUTPUT_NAME} is saved, reply with a one-line \
+summary and no tool call."""
+
+SERVER_MODULE = "envs.sheets.servers.workbook"
+TOOL_TIMEOUT_MARGIN_S = 30.0
+"""Added to the sandbox wall time to get the server's per-call timeout."""
+
+
+def server_config(*, level: Level, own_uid: bool, limits: Limits) -> dict[str, Any]:
+    """The `mcpServers` entry of the workbook server for one sandbox mode."""
+    args = ["-m", SERVER_MODULE, "--level", str(level), "--own-uid" if own_uid else "--caller-uid"]
+    args += ["--cpu-s", str(limits.cpu_s), "--wall-s", str(limits.wall_s), "--memory-mb", str(limits.memory_mb)]
+    args += ["--file-mb", str(limits.file_mb), "--processes", str(limits.processes)]
+    return {"sheets": {"command": "python", "args": args, "tool_timeout_s": limits.wall_s + TOOL_TIMEOUT_MARGIN_S}}
+
+
+class SheetsEnv(McpEnv):
+    """Workbook tasks: tools in a sandbox, reward by recalculated answer cells."""
+
+    name = "sheets"
+    system_prompt = SYSTEM_PROMPT
+    replayable = True
+    mcp_servers = {"sheets": {"command": "python", "args": ["-m", SERVER_MODULE]}}
+
+    def __init__(
+        self,
+        *,
+        sandbox_level: str | None = None,
+        limits: Limits | None = None,
+        partial_weight: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
+        """Args:
+        sandbox_level: ``bwrap``, ``unshare``, ``rlimits``, or None for the strongest available.
+        limits: Limits of each code run (default `Limits()`).
+        partial_weight: Weight of the cell-accuracy component in the total (0: binary reward).
+        **kwargs: McpEnv's (workspace_root, pool_size, servers).
+        """
+        if not 0.0 <= partial_weight <= 1.0:
+            raise ValueError(f"partial_weight must be in [0, 1], got {partial_weight}")
+        self.sandbox_level, self.own_uid = detect(sandbox_level)
+        self.limits = limits or Limits()
+        self.partial_weight = partial_weight
+        kwargs.setdefault("servers", server_config(level=self.sandbox_level, own_uid=self.own_uid, limits=self.limits))
+        super().__init__(**kwargs)
+
+    def sandbox_guarantees(self) -> frozenset[Guarantee]:
+        """What this env's sandbox promises (see `envs.sheets.sandbox.Guarantee`)."""
+        return guarantees(self.sandbox_level, own_uid=self.own_uid)
+
+    async def init_rollout(self, rollout_id: str, **rollout_args: Any) -> None:
+        """Stage the task's input workbook (``input_path``, ``generator``) as input.xlsx and start the server."""
+        input_path = rollout_args.pop("input_path", None)
+        generator = rollout_args.pop("generator", None)
+        if input_path is not None:
+            if not isinstance(input_path, str) or not (generator is None or isinstance(generator, dict)):
+                raise ValueError("sheets init_args: 'input_path' must be a string and 'generator' an object")
+            data = await asyncio.to_thread(input_bytes, input_path=input_path, generator=generator)
+            rollout_args["files"] = {**(rollout_args.get("files") or {}), INPUT_NAME: data}
+        await super().init_rollout(rollout_id, **rollout_args)
+
+    async def compute_reward(
+        self, rollout_id: str, completion: list[Message], ground_truth: Any, **kwargs: Any
+    ) -> Reward:
+        """Compare output.xlsx's answer cells (recalculated, in the sandbox) with the expected ones."""
+        del completion, kwargs
+        workspace = self.workspace(rollout_id)
+        expected = await asyncio.to_thread(expected_from, ground_truth)
+        extracted = await asyncio.to_thread(
+            extract_output, workspace, expected.areas, level=self.sandbox_level, own_uid=self.own_uid
+        )
+        return score(expected, extracted, partial_weight=self.partial_weight)
+
+    @classmethod
+    def load_dataset(cls, name: str, **kwargs: Any) -> Iterable[Task]:
+        """``generated`` (kwargs n, seed, root) or the path of a SpreadsheetBench directory (kwarg n: limit)."""
+        if name == "generated":
+            root = kwargs.get("root")
+            return load_generated(int(kwargs.get("n", 16)), seed=int(kwargs.get("seed", 0)), root=root and Path(root))
+        limit = kwargs.get("n")
+        return load_spreadsheetbench(Path(name), limit=None if limit is None else int(limit))
+
+    @classmethod
+    def baseline_policy(cls, name: str = "default") -> Policy:
+        """``reference`` (default: runs generated tasks' reference programs with run_python) or ``null``."""
+        if name in {"default", "reference"}:
+            from envs.sheets.policy import ReferencePolicy
+
+            return ReferencePolicy()
+        if name == "null":
+            return NullPolicy()
+        raise ValueError(f"sheets has no baseline policy {name!r}; choose reference or null")

@@ -1,0 +1,343 @@
+"""Run untrusted Python (the model's code) against one workspace directory, as isolated as this machine allows.
+
+Three levels, strongest first; `Sandbox()` probes once per process and takes the strongest mode
+that works (``GYMFLOW_SANDBOX=bwrap|unshare|rlimits`` forces a level, and fails loudly if it cannot
+run):
+
+* ``bwrap`` (bubblewrap): new mount, pid, net, ipc and uts namespaces. The program sees only the
+  workspace (read-write, at ``/workspace``), the Python installation and its venv (read-only), the
+  system libraries, a private size-capped ``/tmp``, ``/proc`` and a minimal ``/dev``. No network
+  interface but loopback. Everything else (the answer files, the repo, ``/etc``) is not there.
+* ``unshare`` (util-linux): new net, pid, ipc and uts namespaces, no mount confinement.
+* ``rlimits``: resource limits and the wall timeout only.
+
+Every level adds: rlimits (CPU seconds, address space, file size, processes, open files, no core
+files) applied by ``prlimit`` before anything runs, a wall-clock timeout that kills the process
+group, output captured to files (a program printing forever hits the file-size limit, never the
+caller's memory), ``python -I`` (no PYTHON* variables, no user site, the workspace is not on
+``sys.path``, so a planted ``openpyxl.py`` is not imported) and a scrubbed environment.
+
+Design decisions:
+
+* Own uid. Run as root (workers here are), each `Sandbox` gets its own unprivileged uid
+  (`allocate_uid`) and drops to it with ``setpriv`` right before ``python`` starts (caps cleared,
+  no_new_privs). Three things depend on it: RLIMIT_NPROC is not enforced for root, so without it
+  a fork bomb is unbounded; files that are not world-readable (the answer cache is 0700) stay
+  unreadable even at the weaker levels; and after each run every process of that uid is killed,
+  so nothing the program left behind (a daemon that escaped the process group) survives it.
+  Without root, the program runs as the caller's uid and the process limit is counted on top of
+  the caller's own processes.
+* bwrap runs as root without a user namespace (a root-mapped user namespace would keep the
+  processes' real uid 0 and with it the NPROC exemption), so parents of bind mounts are created
+  explicitly with mode 0755: bwrap would make them 0700, unreadable once the uid is dropped.
+* A mode is a level plus whether the uid is dropped. Below bwrap, a dropped uid must reach the
+  interpreter on the real filesystem; where it cannot (a pyenv Python under a 0700 /root, as on
+  this project's machines) the probe (which imports the stdlib and openpyxl) fails and the next
+  mode is tried, ending with the caller's uid: no process limit, no private files, said so in
+  `guarantees`.
+* The workspace is chowned to the sandbox uid before each run (not following symlinks, skipping
+  hard-linked files), because files are staged into it by the worker after the server started.
+* Which guarantees hold is data (`Sandbox.guarantees`), so tests assert exactly those of the
+  active level and the env can report them.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from envs.sheets import confine
+from envs.sheets.confine import SANDBOX_DIR, Limits, SandboxUnavailable
+
+__all__ = ["SANDBOX_DIR", "Guarantee", "Level", "Limits", "RunResult", "Sandbox", "SandboxUnavailable", "detect"]
+
+SANDBOX_ENV = "GYMFLOW_SANDBOX"
+"""Force a level (``bwrap``, ``unshare``, ``rlimits``); ``auto`` or unset picks the strongest."""
+REQUIRE_ENV = "GYMFLOW_SANDBOX_REQUIRE"
+"""Set by .ci/run when it installed bubblewrap: the tests then fail unless that level is active."""
+UID_BASE = 1 << 30
+"""Sandbox uids are allocated in [2**30, 2**31): far from real users and subuid ranges."""
+
+
+class Level(enum.StrEnum):
+    """Isolation levels, strongest first."""
+
+    BWRAP = "bwrap"
+    UNSHARE = "unshare"
+    RLIMITS = "rlimits"
+
+
+class Guarantee(enum.StrEnum):
+    """What a sandboxed program cannot do."""
+
+    LIMITS = "limits"
+    """CPU time, memory, file size, open files and wall time are bounded."""
+    PROCESS_LIMIT = "process_limit"
+    """The number of processes and threads is bounded (RLIMIT_NPROC is not enforced for root)."""
+    NO_NETWORK = "no_network"
+    """Own network namespace: no interface but loopback."""
+    PID_ISOLATED = "pid_isolated"
+    """Own pid namespace: other processes are invisible and cannot be signalled."""
+    PRIVATE_FILES = "private_files"
+    """Files that are not world-readable (the answer cache) cannot be read."""
+    FS_CONFINED = "fs_confined"
+    """Nothing outside the workspace exists for it but the read-only Python runtime."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one sandboxed run did."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    duration_ms: float
+    level: Level
+    limits: Limits
+    timed_out: bool = False
+    cpu_s: float = 0.0
+    """CPU seconds the run used, all its processes together."""
+
+    @property
+    def signal(self) -> int | None:
+        """The signal that killed the program, if one did (wrappers report 128+N)."""
+        if self.returncode < 0:
+            return -self.returncode
+        if self.returncode > 128 and self.level is not Level.RLIMITS:
+            return self.returncode - 128
+        return None
+
+    @property
+    def ok(self) -> bool:
+        """Exited with status 0 within the limits."""
+        return self.returncode == 0 and not self.timed_out
+
+    def problem(self) -> str | None:
+        """Why the run failed, in words the model can act on; None when it succeeded."""
+        lim, sig, tail = self.limits, self.signal, self.stderr[-2000:]
+        if self.timed_out:
+            return f"stopped: the program ran longer than the {lim.wall_s:g}s wall-clock limit"
+        if sig == signal.SIGXCPU or (self.returncode != 0 and self.cpu_s >= lim.cpu_s - 0.05):
+            return f"stopped: CPU time limit of {lim.cpu_s}s exceeded"
+        if sig == signal.SIGXFSZ or "File too large" in tail:
+            return f"stopped: a file (or the output) grew past the {lim.file_mb} MB limit"
+        if sig == signal.SIGKILL:
+            return "killed: the program hit a resource limit (CPU time, memory or processes)"
+        if sig is not None:
+            return f"killed by signal {signal.Signals(sig).name}"
+        if "MemoryError" in tail:
+            return f"out of memory: the {lim.memory_mb} MB memory limit was reached"
+        if "Resource temporarily unavailable" in tail:
+            return f"the {lim.processes}-process limit was reached"
+        if self.returncode != 0:
+            return f"the program exited with status {self.returncode}"
+        return None
+
+
+_probe_lock = threading.Lock()
+_probes: dict[tuple[Level, bool], str | None] = {}
+"""Level -> None when it works here, else why not (probed once per process)."""
+_uid_counter = itertools.count()
+
+
+def is_root() -> bool:
+    """Whether this process can drop each sandbox to its own uid."""
+    return os.geteuid() == 0
+
+
+def allocate_uid() -> int:
+    """A fresh sandbox uid: unique per (process, call) for pids below 2**18."""
+    return UID_BASE + ((os.getpid() << 12) + next(_uid_counter) % 4096) % UID_BASE
+
+
+def guarantees(level: Level, *, own_uid: bool) -> frozenset[Guarantee]:
+    """The guarantees of a mode (own_uid: the program runs as its own unprivileged uid)."""
+    result = {Guarantee.LIMITS}
+    if own_uid or not is_root():
+        result.add(Guarantee.PROCESS_LIMIT)
+    if own_uid:
+        result.add(Guarantee.PRIVATE_FILES)
+    if level in (Level.BWRAP, Level.UNSHARE):
+        result |= {Guarantee.NO_NETWORK, Guarantee.PID_ISOLATED}
+    if level is Level.BWRAP:
+        result |= {Guarantee.FS_CONFINED, Guarantee.PRIVATE_FILES}
+    return frozenset(result)
+
+
+def probe(level: Level, *, own_uid: bool) -> str | None:
+    """None when `level` works here (own_uid: dropping to a sandbox uid), else why not (cached)."""
+    with _probe_lock:
+        if (level, own_uid) not in _probes:
+            _probes[(level, own_uid)] = _probe(level, own_uid)
+        return _probes[(level, own_uid)]
+
+
+def modes() -> list[tuple[Level, bool]]:
+    """Every (level, own_uid) mode in order of preference: a private uid first, then namespaces."""
+    if not is_root():
+        return [(level, False) for level in Level]
+    return [
+        (Level.BWRAP, True),
+        (Level.UNSHARE, True),
+        (Level.RLIMITS, True),
+        (Level.BWRAP, False),
+        (Level.UNSHARE, False),
+        (Level.RLIMITS, False),
+    ]
+
+
+def detect(requested: str | Level | None = None) -> tuple[Level, bool]:
+    """The mode to use: the best that works, of `requested` (else $GYMFLOW_SANDBOX) if named.
+
+    Raises:
+        SandboxUnavailable: No mode of the named level (or none at all) works here.
+    """
+    name = str(requested or os.environ.get(SANDBOX_ENV) or "auto").lower()
+    wanted: Level | None = None
+    if name != "auto":
+        try:
+            wanted = Level(name)
+        except ValueError:
+            raise SandboxUnavailable(
+                f"unknown sandbox level {name!r}; choose bwrap, unshare, rlimits or auto"
+            ) from None
+    reasons = []
+    for level, own_uid in modes():
+        if wanted is not None and level is not wanted:
+            continue
+        reason = probe(level, own_uid=own_uid)
+        if reason is None:
+            return level, own_uid
+        reasons.append(f"{level}{' (own uid)' if own_uid else ''}: {reason}")
+    raise SandboxUnavailable("no sandbox mode works here: " + "; ".join(reasons))
+
+
+class Sandbox:
+    """Runs Python programs against a workspace at one isolation level, one run at a time."""
+
+    def __init__(
+        self,
+        *,
+        level: str | Level | None = None,
+        own_uid: bool | None = None,
+        limits: Limits | None = None,
+        uid: int | None = None,
+    ):
+        """Args:
+        level: A level name, or None for $GYMFLOW_SANDBOX / the strongest available.
+        own_uid: Whether to drop to a sandbox uid (root only). With `level` and this both given
+            nothing is probed (a server trusts the mode its worker detected).
+        limits: Default limits of each run.
+        uid: The sandbox uid when dropping; default a fresh one.
+        """
+        if level is not None and own_uid is not None:
+            self.level, drop = Level(level), own_uid and is_root()
+        else:
+            self.level, drop = detect(level)
+        self.limits = limits or Limits()
+        self.uid = (uid if uid is not None else allocate_uid()) if drop else None
+        self.guarantees = guarantees(self.level, own_uid=drop)
+        self._lock = threading.Lock()
+
+    def describe(self) -> str:
+        """The level and its guarantees, for logs and reports."""
+        return f"{self.level} ({', '.join(sorted(self.guarantees))})"
+
+    def run(self, code: str, *, workspace: Path, args: Sequence[str] = (), limits: Limits | None = None) -> RunResult:
+        """Run `code` (a Python program, fed on stdin) with `workspace` as its working directory.
+
+        Args:
+            code: The program text.
+            workspace: The only directory the program may write (and, under bwrap, see).
+            args: ``sys.argv[1:]`` of the program.
+            limits: Overrides the sandbox's default limits for this run.
+
+        Returns:
+            The exit status and the (bounded) output; never raises for anything the program does.
+        """
+        lim = limits or self.limits
+        workspace = workspace.resolve()
+        with self._lock, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            if self.uid is not None:
+                confine.claim(workspace, self.uid)
+            command, env, cwd = self._command(workspace, list(args), lim)
+            started = time.perf_counter()
+            proc = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=cwd, env=env, start_new_session=True
+            )
+            threading.Thread(target=confine.feed, args=(proc, code.encode()), daemon=True).start()
+            timed_out, cpu_s = confine.wait(proc, lim.wall_s)
+            if self.uid is not None:
+                confine.kill_uid(self.uid)
+            return RunResult(
+                returncode=proc.returncode,
+                stdout=confine.read_bounded(out, lim.output_chars),
+                stderr=confine.read_bounded(err, lim.output_chars),
+                duration_ms=(time.perf_counter() - started) * 1000,
+                level=self.level,
+                limits=lim,
+                timed_out=timed_out,
+                cpu_s=cpu_s,
+            )
+
+    # -- command lines -------------------------------------------------------------------------
+    def _command(self, workspace: Path, args: list[str], lim: Limits) -> tuple[list[str], dict[str, str], Path]:
+        inside = Path(SANDBOX_DIR) if self.level is Level.BWRAP else workspace
+        tmp = "/tmp" if self.level is Level.BWRAP else str(workspace / ".tmp")
+        if self.level is not Level.BWRAP:
+            (workspace / ".tmp").mkdir(exist_ok=True)
+            if self.uid is not None:
+                os.chown(workspace / ".tmp", self.uid, self.uid)
+        env = {
+            "HOME": str(inside),
+            "TMPDIR": tmp,
+            "PATH": "/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            # One thread each: threads count against the process limit, and numpy's pools are
+            # sized to the host's cores.
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "TQDM_DISABLE": "1",
+        }
+        program = [sys.executable, "-I", "-", *args]
+        if self.uid is not None:
+            program = [*confine.setpriv_args(self.uid), *program]
+        if self.level is Level.BWRAP:
+            program = [*confine.bwrap_args(workspace, lim, root=self.uid is not None), *program]
+        elif self.level is Level.UNSHARE:
+            program = [*confine.unshare_args(root=self.uid is not None), *program]
+        return [*confine.prlimit_args(lim, uid=self.uid), *program], env, workspace
+
+
+_PROBE = "import json, sys, zipfile\nimport openpyxl\nprint(sys.base_prefix)"
+"""Imports from the stdlib and the venv, and reports where the interpreter found its stdlib."""
+
+
+def _probe(level: Level, own_uid: bool) -> str | None:
+    try:
+        with tempfile.TemporaryDirectory(prefix="gymflow-probe-") as tmp:
+            os.chmod(tmp, 0o755)
+            sandbox = Sandbox(level=level, own_uid=own_uid, limits=Limits(wall_s=30))
+            result = sandbox.run(_PROBE, workspace=Path(tmp))
+    except (SandboxUnavailable, OSError) as exc:
+        return str(exc)
+    if not result.ok:
+        return (result.stderr.strip() or result.problem() or "no output").splitlines()[-1][:300]
+    found = result.stdout.strip()
+    if found != sys.base_prefix:
+        # A uid that cannot reach the interpreter's own stdlib makes Python fall back to another
+        # installation's (e.g. /usr): it may even work, by accident, with the wrong version.
+        return f"the sandboxed interpreter cannot reach its stdlib at {sys.base_prefix} (it found {found!r})"
+    return None

@@ -1,0 +1,1 @@
+"""MCP servers of the spreadsheet environment."""

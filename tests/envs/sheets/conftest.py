@@ -1,0 +1,42 @@
+"""Fixtures for the spreadsheet env tests: a private generator cache and small generated datasets."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from envs.contract import Task
+from envs.sheets.env import SheetsEnv
+from envs.sheets.generate import CACHE_ENV
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sheets_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Generated workbooks go to a per-session cache, never the user's."""
+    root = tmp_path_factory.mktemp("sheets-cache")
+    previous = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(root)
+    yield root
+    if previous is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = previous
+
+
+@pytest.fixture(scope="session")
+def tasks(sheets_cache: Path) -> list[Task]:
+    """Eighteen generated tasks: every family twice."""
+    return list(SheetsEnv.load_dataset("generated", n=18, seed=0))
+
+
+@pytest.fixture(scope="module")
+async def sheets_env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SheetsEnv]:
+    """The env with real MCP server processes (the strongest sandbox available here)."""
+    env = SheetsEnv(workspace_root=tmp_path_factory.mktemp("sheets-ws"), pool_size=1)
+    try:
+        yield env
+    finally:
+        await env.shutdown()

@@ -1,0 +1,256 @@
+"""The code sandbox, at every level this machine offers: each promises exactly its `guarantees`.
+
+The level .ci/run installs (bubblewrap, announced in $GYMFLOW_SANDBOX_REQUIRE) must be the one
+in use: when it is not, `test_the_installed_level_is_active` fails, it does not skip. Weaker
+levels are forced here too, and each test checks both directions: a promised guarantee holds,
+and a guarantee that is not promised is not claimed by mistake (where that is safe to show).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envs.sheets.sandbox import (
+    REQUIRE_ENV,
+    Guarantee,
+    Level,
+    Limits,
+    Sandbox,
+    SandboxUnavailable,
+    detect,
+    guarantees,
+    is_root,
+)
+
+SMALL = Limits(cpu_s=2, wall_s=30.0, memory_mb=512, file_mb=2, processes=16, output_chars=2000)
+"""The wall limit is generous: CI machines are shared and loaded; only the sleep test relies on it."""
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(params=[level.value for level in Level])
+def sandbox(request: pytest.FixtureRequest) -> Sandbox:
+    level = request.param
+    try:
+        return Sandbox(level=level, limits=SMALL)
+    except SandboxUnavailable as exc:
+        if os.environ.get(REQUIRE_ENV) == level:
+            pytest.fail(f".ci/run installed {level} but it does not work: {exc}")
+        pytest.skip(f"level {level} is not available on this machine: {exc}")
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir(mode=0o755)
+    tmp_path.chmod(0o755)
+    return path
+
+
+def uid_processes(uid: int, *, deadline_s: float = 5.0) -> list[int]:
+    """Live (not zombie) processes of `uid`, once none are left or the deadline passes.
+
+    Killed processes can linger a moment as zombies until their new parent reaps them.
+    """
+    deadline = time.monotonic() + deadline_s
+    while True:
+        found = []
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    if (
+                        entry.stat().st_uid == uid
+                        and Path(entry.path, "stat").read_text().split(")")[-1].split()[0] != "Z"
+                    ):
+                        found.append(int(entry.name))
+                except (OSError, IndexError):
+                    continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+def test_the_installed_level_is_active() -> None:
+    level, own_uid = detect()
+    required = os.environ.get(REQUIRE_ENV)
+    if required:
+        assert level == required, f"{REQUIRE_ENV}={required} but the active sandbox level is {level}"
+        assert own_uid == is_root(), "running as root, the sandbox must drop to its own uid"
+    assert guarantees(level, own_uid=own_uid) <= set(Guarantee)
+    if level is Level.BWRAP and own_uid:
+        assert guarantees(level, own_uid=own_uid) == set(Guarantee)
+
+
+def test_runs_python_with_openpyxl_in_the_workspace(sandbox: Sandbox, workspace: Path) -> None:
+    code = "import openpyxl, sys\nwb = openpyxl.Workbook()\nwb.save('made.xlsx')\nprint('hello', sys.argv[1:])"
+    result = sandbox.run(code, workspace=workspace, args=["x"])
+    assert result.ok, result.stderr
+    assert result.stdout.strip() == "hello ['x']"
+    assert (workspace / "made.xlsx").is_file()
+    assert result.problem() is None
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A TCP server on the host's loopback that accepts connections."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                server.accept()[0].close()
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    server.close()
+
+
+def test_network(sandbox: Sandbox, workspace: Path, listener: int) -> None:
+    code = f"import socket\nsocket.create_connection(('127.0.0.1', {listener}), timeout=2).close()\nprint('connected')"
+    result = sandbox.run(code, workspace=workspace)
+    if Guarantee.NO_NETWORK in sandbox.guarantees:
+        assert not result.ok and "connected" not in result.stdout
+        assert "Connection refused" in result.stderr or "unreachable" in result.stderr
+    else:
+        assert result.ok and "connected" in result.stdout  # not promised, and indeed not provided
+
+
+def test_private_files(sandbox: Sandbox, workspace: Path, tmp_path: Path) -> None:
+    vault = tmp_path / "answers"
+    vault.mkdir(mode=0o700)
+    (vault / "1_x_answer.xlsx").write_text("the answer")
+    code = f"print(open({str(vault / '1_x_answer.xlsx')!r}).read())"
+    result = sandbox.run(code, workspace=workspace)
+    if Guarantee.PRIVATE_FILES in sandbox.guarantees:
+        assert not result.ok and "the answer" not in result.stdout
+        assert "PermissionError" in result.stderr or "FileNotFoundError" in result.stderr
+    else:
+        assert "the answer" in result.stdout
+
+
+def test_filesystem_confinement(sandbox: Sandbox, workspace: Path) -> None:
+    if Guarantee.FS_CONFINED not in sandbox.guarantees:
+        result = sandbox.run("print(open('/etc/hostname').read() != '')", workspace=workspace)
+        assert result.stdout.strip() == "True"  # the host's files are there: not promised
+        return
+    code = f"""
+import os
+for path in ['/etc/hostname', '/etc/passwd', {str(REPO / "pyproject.toml")!r}, '../ws/../../x']:
+    try:
+        open(path).read()
+        print('READ', path)
+    except OSError as exc:
+        print('refused', path, type(exc).__name__)
+for path in [{sys.prefix!r} + '/pwned', '/usr/lib/pwned']:
+    try:
+        open(path, 'w').write('x')
+        print('WROTE', path)
+    except OSError as exc:
+        print('refused', path, type(exc).__name__)
+open('/tmp/scratch', 'w').write('private tmp')
+print(sorted(os.listdir('/')))
+"""
+    result = sandbox.run(code, workspace=workspace)
+    assert result.ok, result.stderr
+    assert "READ" not in result.stdout and "WROTE" not in result.stdout
+    assert not Path(sys.prefix, "pwned").exists()
+    assert not Path("/tmp/scratch").exists()  # the sandbox's /tmp is its own
+    assert "'etc'" not in result.stdout and "'home'" not in result.stdout
+
+
+def test_memory_bomb_is_stopped(sandbox: Sandbox, workspace: Path) -> None:
+    for code in (
+        "x = bytearray(4 * 1024 ** 3)",
+        "chunks = []\nwhile True:\n    chunks.append(bytearray(50 * 1024 ** 2))",
+    ):
+        result = sandbox.run(code, workspace=workspace)
+        assert not result.ok and not result.timed_out
+        assert "memory" in (result.problem() or "")
+
+
+FORK_BOMB = """
+import os, sys, time
+refused = 0
+while refused < 20:  # every process forks until the kernel has refused it 20 times, then exits
+    try:
+        os.fork()
+    except OSError:
+        refused += 1
+        time.sleep(0.01)
+print("fork refused")
+sys.exit(3)
+"""
+
+
+def test_fork_bomb_is_stopped(sandbox: Sandbox, workspace: Path) -> None:
+    if Guarantee.PROCESS_LIMIT not in sandbox.guarantees:
+        pytest.skip(f"{sandbox.describe()} does not promise a process limit: not running a fork bomb as root")
+    result = sandbox.run(FORK_BOMB, workspace=workspace)
+    assert result.returncode == 3 and not result.timed_out  # the kernel capped the process count
+    assert "fork refused" in result.stdout
+    if sandbox.uid is not None:
+        assert uid_processes(sandbox.uid) == []  # nothing of it survives the run
+
+
+def test_infinite_loops_hit_the_limits(sandbox: Sandbox, workspace: Path) -> None:
+    short = dataclasses.replace(SMALL, wall_s=3.0)
+    sleeping = sandbox.run("import time\ntime.sleep(600)", workspace=workspace, limits=short)
+    assert sleeping.timed_out and "wall-clock" in (sleeping.problem() or "")
+    assert sleeping.duration_ms < 20_000
+    spinning = sandbox.run("while True:\n    pass", workspace=workspace)
+    assert not spinning.ok and "CPU time" in (spinning.problem() or "")
+
+
+def test_file_size_and_output_are_bounded(sandbox: Sandbox, workspace: Path) -> None:
+    big = sandbox.run("open('big.bin', 'wb').write(b'x' * (3 * 1024 * 1024))", workspace=workspace)
+    assert not big.ok and "MB limit" in (big.problem() or "")
+    flood = sandbox.run("while True:\n    print('spam' * 1000)", workspace=workspace)
+    assert not flood.ok and not flood.timed_out
+    assert len(flood.stdout) < SMALL.output_chars + 200 and "cut" in flood.stdout
+
+
+def test_nothing_outlives_a_run(sandbox: Sandbox, workspace: Path) -> None:
+    code = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\nprint('parent done')"
+    result = sandbox.run(code, workspace=workspace)
+    assert result.ok and "parent done" in result.stdout
+    if sandbox.uid is not None:
+        assert uid_processes(sandbox.uid) == []
+
+
+def test_workspace_modules_do_not_shadow_libraries(sandbox: Sandbox, workspace: Path) -> None:
+    (workspace / "openpyxl.py").write_text("raise SystemExit('planted module imported')\n")
+    result = sandbox.run("import openpyxl\nprint(openpyxl.__version__)", workspace=workspace)
+    assert result.ok, result.stderr
+
+
+def test_run_from_a_threaded_server_process(workspace: Path) -> None:
+    """The MCP server calls run() from worker threads; the default sandbox works there too."""
+    code = (
+        "import threading\nfrom pathlib import Path\nfrom envs.sheets.sandbox import Sandbox\n"
+        "box = Sandbox()\nout = []\n"
+        f"t = threading.Thread(target=lambda: out.append(box.run('print(1)', workspace=Path({str(workspace)!r}))))\n"
+        "t.start(); t.join()\nprint(out[0].stdout.strip(), box.level)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[0] == "1"
