@@ -101,7 +101,10 @@ def bwrap_args(workspace: Path, lim: Limits, *, root: bool) -> list[str]:
     if not root:
         args.append("--unshare-user")
     args += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
-    made: set[str] = set()
+    # The private /tmp first: a runtime bound later may itself live under /tmp (a venv in a
+    # checkout under /tmp), and a tmpfs mounted after it would hide it.
+    args += ["--perms", "1777", "--size", str(lim.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+    made: set[str] = {"/tmp"}
     for path in binds:
         for parent in reversed(PurePosixPath(path).parents):
             name = str(parent)
@@ -114,8 +117,7 @@ def bwrap_args(workspace: Path, lim: Limits, *, root: bool) -> list[str]:
             args += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link) and link != "/bin":
             args += ["--ro-bind", link, link]
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(lim.tmp_mb * 1024 * 1024)]
-    args += ["--tmpfs", "/tmp", "--bind", str(workspace), SANDBOX_DIR, "--chdir", SANDBOX_DIR]
+    args += ["--proc", "/proc", "--dev", "/dev", "--bind", str(workspace), SANDBOX_DIR, "--chdir", SANDBOX_DIR]
     if root:  # just enough for setpriv to drop to the sandbox uid; it clears them all
         args += ["--cap-add", "CAP_SETUID,CAP_SETGID"]
     return [*args, "--"]
