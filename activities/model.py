@@ -56,7 +56,7 @@ class ModelConfig(Wire):
     base_url: str | None = None
     """OpenAI-compatible base URL including ``/v1`` (``http://host:8000/v1``); None uses the
     worker's default."""
-    model: str = ""
+    model: str = Field(default="", max_length=512)
     """Model name sent to the server; empty uses the worker's default (or the server's only model)."""
     tool_format: Literal["native", "hermes"] = "native"
     """``native``: OpenAI ``tools``/``tool_calls``. ``hermes``: tools in the system prompt and
@@ -74,8 +74,12 @@ class ModelConfig(Wire):
     extra_body: dict[str, Any] = Field(default_factory=dict)
     """Extra request fields (``top_k``, ``chat_template_kwargs``, ...), merged in last as the
     OpenAI client's ``extra_body`` is."""
-    request_timeout_s: float = Field(default=300, gt=0)
+    request_timeout_s: float = Field(default=300, gt=0, le=7 * 24 * 3600)
     """Seconds to wait for one completion before the attempt fails (and is retried)."""
+    local_activity: bool = False
+    """Run each turn as a local activity of the workflow's worker: one server round trip per turn
+    fewer and no conversation in history, for short turns. A generation then holds a workflow task
+    slot while it runs, and stopping a worker waits for its in-flight turns (workflows.rollout)."""
 
 
 class GenerateInput(Wire):

@@ -4,20 +4,22 @@ Workflows carry URIs, never bulk data: a batch writes its trajectories as JSONL 
 the `write_jsonl` activity and keeps only the part URIs and per-rollout summaries. URIs are
 `file:///abs/path/...` or `s3://bucket/key`. The S3 store uses boto3 with its own retries
 reduced to one attempt, because Temporal owns retries (DESIGN: no double retries); blocking
-boto3 calls run in a thread.
+boto3 calls run in a thread. The same boto3 client backs temporalio's S3 external-storage driver
+(`Boto3StorageDriverClient`), which keeps payloads over the inline limit out of history.
 """
 
 from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 from pydantic import Field
 from temporalio import activity
+from temporalio.contrib.aws.s3driver import S3StorageDriverClient
 from temporalio.exceptions import ApplicationError
 
 from activities import errors
@@ -95,6 +97,63 @@ def s3_client(*, endpoint_url: str | None = None, region: str | None = None) -> 
 
     config = Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=10, read_timeout=60)
     return boto3.client("s3", endpoint_url=endpoint_url, region_name=region or "us-east-1", config=config)
+
+
+class Boto3StorageDriverClient(S3StorageDriverClient):
+    """temporalio's S3 external-storage driver over a (sync) boto3 client, each call in a thread.
+
+    Used by the data converter (workers.client) so payloads over the inline threshold — a huge
+    tool output, a long trajectory — live in S3 and history holds a small reference. The boto3
+    client comes from `s3_client()` (one attempt per call: the Temporal activity or workflow task
+    that needed the payload is what retries). `prefix` is put in front of the driver's keys
+    (`v0/ns/...`) and must stay the same for as long as references written under it are read.
+    """
+
+    def __init__(self, client: Any, *, prefix: str = "") -> None:
+        self.client = client
+        self.prefix = prefix.strip("/")
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    async def put_object(self, *, bucket: str, key: str, data: bytes) -> None:
+        await asyncio.to_thread(self.client.put_object, Bucket=bucket, Key=self._key(key), Body=data)
+
+    async def object_exists(self, *, bucket: str, key: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        def head() -> bool:
+            try:
+                self.client.head_object(Bucket=bucket, Key=self._key(key))
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+                    return False
+                raise
+            return True
+
+        return await asyncio.to_thread(head)
+
+    async def get_object(self, *, bucket: str, key: str) -> bytes:
+        def read() -> bytes:
+            return bytes(self.client.get_object(Bucket=bucket, Key=self._key(key))["Body"].read())
+
+        return await asyncio.to_thread(read)
+
+    def describe(self) -> Mapping[str, str]:
+        info = {"client_region": str(self.client.meta.region_name), "endpoint": str(self.client.meta.endpoint_url)}
+        return info | ({"prefix": self.prefix} if self.prefix else {})
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """(bucket, prefix) of `s3://bucket/prefix`.
+
+    Raises:
+        StorageError: Not an s3:// URI with a bucket.
+    """
+    parsed = urlparse(uri)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise StorageError(f"not an S3 URI with a bucket: {uri!r} (use s3://bucket/prefix)")
+    return parsed.netloc, parsed.path.strip("/")
 
 
 class S3Store(Store):

@@ -11,6 +11,8 @@ import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import figures
+import leaks
 import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
@@ -34,6 +36,11 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     )
     try:
         yield env
+        # Every history the suite produced, raw as the server stores it: no secret may be in one.
+        report = await leaks.scan_histories(env.client)
+        figures.record("security", "history scan", histories=report.histories, events=report.events,
+                       leaks=len(report.leaks))  # fmt: skip
+        assert not report.leaks, f"secrets found in workflow histories: {report.leaks}"
     finally:
         await env.shutdown()
 
@@ -62,3 +69,13 @@ async def worker(client: Client, tmp_path: Path) -> AsyncIterator[RunningWorker]
     async with running_worker(client, settings) as running:
         yield running
     shutil.rmtree(tmp_path / "workspaces", ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the reliability figures the session measured (tests/figures.py)."""
+    if figures.RECORDS:
+        terminalreporter.section("reliability figures")
+        for line in figures.lines():
+            terminalreporter.write_line(line)
+        if (path := figures.write()) is not None:
+            terminalreporter.write_line(f"written to {path}")

@@ -9,6 +9,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, ClassVar
 
+import leaks
+from pydantic import SecretStr
 from temporalio.client import Client
 
 from activities.model import ModelConfig
@@ -35,7 +37,11 @@ def make_settings(tmp_path: Path, **overrides: object) -> Settings:
         "mcp_pool_size": 0,  # cold starts: fewer background processes on the 2-core box; pool tests opt in
     }
     values.update(overrides)
-    return Settings(**values)  # type: ignore[arg-type]
+    settings = Settings(**values)  # type: ignore[arg-type]
+    for value in settings.model_dump().values():  # API keys, encryption keys: never in a history
+        if isinstance(value, SecretStr):
+            leaks.register(value.get_secret_value())
+    return settings
 
 
 COUNTER_SERVER = Path(__file__).parent / "envs" / "mcp" / "counter_server.py"

@@ -66,6 +66,19 @@ def _deploy_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
             d.add_argument("--dryrun", action="store_true", help="print the task, launch nothing")
 
 
+def _codec_server_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`gymflow codec-server`: Temporal's codec server protocol over the payload encryption keys."""
+    p = sub.add_parser("codec-server", help="serve the payload codec so the Web UI / temporal CLI can read rollouts")
+    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (keep it private)")
+    p.add_argument("--port", type=int, default=8081)
+    p.add_argument(
+        "--origin",
+        action="append",
+        dest="origins",
+        help="browser origin allowed to call it (repeatable; default: the Web UI, http://localhost:UI_PORT)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="gymflow", description=__doc__)
@@ -119,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
 
+    _codec_server_args(sub)
     _deploy_args(sub)
     sub.add_parser("envs", help="list the registered envs")
     return parser
@@ -150,6 +164,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         serve_forever(policy, host=args.host, port=args.port)
         return 0
     settings = _settings(args)
+    if args.command == "codec-server":
+        return _codec_server(args, settings)
     if args.command == "server":
         return _server(args, settings)
     if args.command == "deploy":
@@ -178,6 +194,32 @@ def _server(args: argparse.Namespace, settings: Settings) -> int:
     print(f"Temporal server on :{args.port}, UI at http://localhost:{args.ui_port}", file=sys.stderr)
     os.execv(command[0], command)
     return 0  # pragma: no cover - execv does not return
+
+
+def _codec_server(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from workers.client import encryption_codec
+    from workers.codec import CodecKeyError, codec_app
+
+    try:
+        codec = encryption_codec(settings)
+    except CodecKeyError as exc:
+        print(f"gymflow codec-server: GYMFLOW_ENCRYPTION_KEY: {exc}", file=sys.stderr)
+        return 2
+    if codec is None:
+        print("gymflow codec-server: set GYMFLOW_ENCRYPTION_KEY (the key the workers encrypt with)", file=sys.stderr)
+        return 2
+    origins = args.origins or [f"http://localhost:{settings.ui_port}", f"http://127.0.0.1:{settings.ui_port}"]
+    auth = settings.codec_auth.get_secret_value() if settings.codec_auth else None
+    app = codec_app(codec, origins=origins, authorization=auth)
+    print(
+        f"codec server on http://{args.host}:{args.port} (key {codec.key_id}; origins {', '.join(origins)}; "
+        f"auth {'required' if auth else 'off'})",
+        file=sys.stderr,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
 
 
 def _batch(args: argparse.Namespace, settings: Settings) -> int:

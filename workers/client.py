@@ -5,6 +5,11 @@ validation (say, `temporal workflow start --input` JSON with a missing field) ra
 non-retryable `ApplicationError(type="InvalidInput")` naming the field. Raised while decoding a
 workflow's input, that fails the workflow at once instead of failing its workflow task forever.
 
+`data_converter(settings)` adds what the deployment's configuration asks for, in the order the
+SDK applies them: payload encryption (workers.codec, `GYMFLOW_ENCRYPTION_KEY`), then external
+storage of large payloads in S3 (`GYMFLOW_PAYLOAD_STORAGE_URI`), so what S3 holds is encrypted
+too. Workers and clients of one deployment must agree on both.
+
     client = await gymflow_client.connect("localhost:7233")
     result = await gymflow_client.run_rollout(client, RolloutInput(env="math", task=task))
 """
@@ -12,6 +17,7 @@ workflow's input, that fails the workflow at once instead of failing its workflo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
@@ -20,17 +26,22 @@ import temporalio.api.common.v1
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.contrib.aws.s3driver import S3StorageDriver
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
 from temporalio.converter import (
     CompositePayloadConverter,
     DataConverter,
     DefaultPayloadConverter,
+    ExternalStorage,
     JSONPlainPayloadConverter,
 )
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import INVALID_INPUT
+from activities.storage import Boto3StorageDriverClient, parse_s3_uri, s3_client
 from envs.contract import Task
+from workers.codec import EncryptionCodec
+from workers.config import Settings
 from workflows import names
 from workflows.group import GroupInput, GroupResult, GroupRolloutWorkflow, RolloutOptions
 from workflows.rollout import RolloutInput, RolloutResult, RolloutWorkflow
@@ -67,12 +78,50 @@ class GymflowPayloadConverter(CompositePayloadConverter):
 
 
 DATA_CONVERTER = DataConverter(payload_converter_class=GymflowPayloadConverter)
-"""The one data converter of worker, CLI, SDK and tests."""
+"""The one data converter of worker, CLI, SDK and tests (plain: no encryption, no external storage)."""
 
 
-async def connect(address: str = "localhost:7233", *, namespace: str = "default") -> Client:
-    """A Temporal client with gymflow's data converter."""
-    return await Client.connect(address, namespace=namespace, data_converter=DATA_CONVERTER)
+def external_storage(settings: Settings) -> ExternalStorage | None:
+    """S3 external storage of large payloads, if `payload_storage_uri` is set.
+
+    Raises:
+        activities.storage.StorageError: The URI is not s3://bucket[/prefix].
+    """
+    if not settings.payload_storage_uri:
+        return None
+    bucket, prefix = parse_s3_uri(settings.payload_storage_uri)
+    client = Boto3StorageDriverClient(s3_client(endpoint_url=settings.s3_endpoint_url), prefix=prefix)
+    return ExternalStorage(
+        drivers=[S3StorageDriver(client=client, bucket=bucket)],
+        payload_size_threshold=settings.payload_storage_threshold,
+    )
+
+
+def encryption_codec(settings: Settings) -> EncryptionCodec | None:
+    """The payload encryption codec, if `encryption_key` is set.
+
+    Raises:
+        workers.codec.CodecKeyError: A key is malformed (the message never shows it).
+    """
+    if settings.encryption_key is None:
+        return None
+    previous = settings.decryption_keys.get_secret_value() if settings.decryption_keys else None
+    return EncryptionCodec.from_specs(settings.encryption_key.get_secret_value(), previous)
+
+
+def data_converter(settings: Settings) -> DataConverter:
+    """gymflow's data converter with the encryption and external storage `settings` configure."""
+    codec, storage = encryption_codec(settings), external_storage(settings)
+    if codec is None and storage is None:
+        return DATA_CONVERTER
+    return dataclasses.replace(DATA_CONVERTER, payload_codec=codec, external_storage=storage)
+
+
+async def connect(
+    address: str = "localhost:7233", *, namespace: str = "default", data_converter: DataConverter | None = None
+) -> Client:
+    """A Temporal client with gymflow's data converter (or `data_converter(settings)`'s)."""
+    return await Client.connect(address, namespace=namespace, data_converter=data_converter or DATA_CONVERTER)
 
 
 def rollout_id_for(task_id: str) -> str:

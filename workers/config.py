@@ -65,10 +65,37 @@ class Settings(BaseSettings):
     """MCP server sets each env keeps started ahead of demand on this node (0: start per rollout)."""
     max_concurrent_activities: int = 256
     """Activity slots per worker (per queue)."""
+    max_concurrent_local_activities: int = 256
+    """Local activity slots per worker: model turns run as local activities in the worker that
+    runs the rollout's workflow."""
     max_concurrent_workflow_tasks: int = 64
-    """Workflow task slots per worker."""
+    """Workflow task slots per worker. A workflow task stays open while its model turn (a local
+    activity) runs, so this bounds how many of this worker's rollouts can be generating at once."""
+    workflow_threads: int | None = None
+    """Threads that run workflow activations (None: one per workflow task slot, the SDK default)."""
+    max_cached_workflows: int = 1000
+    """Workflows kept in memory between their tasks (sticky cache); an evicted rollout replays its
+    whole history on its next task."""
+    workflow_task_pollers: int = 5
+    """Concurrent long polls for workflow tasks."""
+    activity_task_pollers: int = 5
+    """Concurrent long polls for activity tasks, per queue."""
     ui_port: int = 8233
     """Port of the Temporal Web UI of the embedded server."""
+    payload_storage_uri: str | None = None
+    """s3://bucket/prefix: payloads over `payload_storage_threshold` (huge tool outputs, long
+    trajectories) go there and history keeps a reference (temporalio ExternalStorage, S3 driver;
+    endpoint `s3_endpoint_url`). Every worker and client of the deployment needs the same setting."""
+    payload_storage_threshold: int = Field(default=256 * 1024, ge=0)
+    """Payloads of at least this many bytes (after encryption) are stored externally."""
+    encryption_key: SecretStr | None = None
+    """Payload encryption key, `[id:]base64` of 16/24/32 random bytes (workers.codec): every
+    payload is AES-GCM encrypted before it reaches the Temporal server. Worker/client config only."""
+    decryption_keys: SecretStr | None = None
+    """Comma-separated older keys (`[id:]base64`) still accepted for decryption (key rotation)."""
+    codec_auth: SecretStr | None = None
+    """If set, the codec server requires this exact `Authorization` header value
+    (`temporal ... --codec-auth VALUE`)."""
 
     @property
     def results_uri(self) -> str:

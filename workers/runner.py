@@ -108,8 +108,10 @@ async def endpoint(env: str, policy: str) -> AsyncIterator[str]:
 async def connect_or_start(settings: Settings, *, start_server: bool, out: TextIO) -> Client:
     """A client of the configured server; with `start_server`, start the embedded one if none answers."""
 
+    converter = sdk.data_converter(settings)  # encryption / external storage, as configured
+
     async def connect() -> Client:
-        return await sdk.connect(settings.temporal_address, namespace=settings.namespace)
+        return await sdk.connect(settings.temporal_address, namespace=settings.namespace, data_converter=converter)
 
     try:
         client = await embedded.wait_until_reachable(connect, timeout_s=1.0)

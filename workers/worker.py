@@ -13,11 +13,12 @@ import contextlib
 import logging
 import signal
 from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.env import EnvActivities
@@ -26,6 +27,7 @@ from activities.model import ModelActivities
 from activities.storage import StorageActivities
 from envs.mcp.ledger import reap_orphans
 from workers.config import Settings
+from workers.dedup import DedupInterceptor
 from workers.judge_worker import judge_worker
 from workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
 from workflows.names import judge_queue, node_queue
@@ -42,6 +44,28 @@ SANDBOX_PASSTHROUGH = ("pydantic", "pydantic_core", "annotated_types", "rich", "
 WORKFLOW_RUNNER = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
 )
+
+
+def worker_tuning(settings: Settings, *, workflows: bool) -> dict[str, Any]:
+    """`Worker` options of the shared queue's worker (`workflows=True`) or a node queue's.
+
+    The benchmark's bare-Temporal ceiling runs with exactly these, so it measures the same worker.
+    """
+    options: dict[str, Any] = {
+        "max_concurrent_activities": settings.max_concurrent_activities,
+        "activity_task_poller_behavior": PollerBehaviorSimpleMaximum(settings.activity_task_pollers),
+    }
+    if workflows:
+        threads = settings.workflow_threads
+        options |= {
+            "workflow_runner": WORKFLOW_RUNNER,
+            "max_concurrent_workflow_tasks": settings.max_concurrent_workflow_tasks,
+            "max_concurrent_local_activities": settings.max_concurrent_local_activities,
+            "max_cached_workflows": settings.max_cached_workflows,
+            "workflow_task_poller_behavior": PollerBehaviorSimpleMaximum(settings.workflow_task_pollers),
+            "workflow_task_executor": ThreadPoolExecutor(threads, "gymflow-workflow") if threads else None,
+        }
+    return options
 
 
 @dataclass
@@ -93,7 +117,6 @@ async def running_worker(
         client,
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
-        workflow_runner=WORKFLOW_RUNNER,
         activities=[
             model_activities.generate,
             env_activities.init_rollout,
@@ -101,14 +124,15 @@ async def running_worker(
             storage.write_jsonl,
             storage.load_tasks,
         ],
-        max_concurrent_activities=settings.max_concurrent_activities,
-        max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
+        **worker_tuning(settings, workflows=True),
     )
     node = Worker(
         client,
         task_queue=queue,
         activities=[env_activities.call_tool, env_activities.compute_reward, env_activities.release_rollout],
-        max_concurrent_activities=settings.max_concurrent_activities,
+        # A retried attempt whose first attempt completed here (its report was lost) must not re-run the tool.
+        interceptors=[DedupInterceptor()],
+        **worker_tuning(settings, workflows=False),
     )
     try:
         async with shared, node, judge:
@@ -122,9 +146,11 @@ async def running_worker(
 
 async def run_worker(settings: Settings) -> None:
     """Run a worker until SIGINT/SIGTERM (the `gymflow worker` command)."""
-    from workers.client import connect
+    from workers.client import connect, data_converter
 
-    client = await connect(settings.temporal_address, namespace=settings.namespace)
+    # Encryption and external payload storage, as the deployment's config sets them (workers.client).
+    converter = data_converter(settings)
+    client = await connect(settings.temporal_address, namespace=settings.namespace, data_converter=converter)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import names
     from workflows.activity_calls import describe, error_type, execute
     from workflows.judging import JudgeConfig
-    from workflows.rollout import RetrySettings, RolloutInput, RolloutLimits, RolloutWorkflow
+    from workflows.rollout import MAX_NAME_CHARS, RetrySettings, RolloutInput, RolloutLimits, RolloutWorkflow
 
 
 class GroupInput(Wire):
@@ -93,7 +93,7 @@ class BatchState(Wire):
 class BatchInput(Wire):
     """Input of BatchRolloutWorkflow: tasks inline, or an env dataset read page by page."""
 
-    env: str
+    env: str = Field(max_length=MAX_NAME_CHARS)
     tasks: list[Task] = Field(default_factory=list)
     """Inline tasks (keep it small); or leave empty and name a `dataset`."""
     dataset: str | None = None

@@ -211,6 +211,8 @@ def load_jsonl(path: str | Path) -> list[Task]:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DatasetError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from exc
+        except (ValueError, RecursionError) as exc:  # a number over Python's digit limit; absurd nesting
+            raise DatasetError(f"{where}: unreadable JSON: {str(exc)[:200]}") from None
         if not isinstance(row, dict):
             raise DatasetError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
         task = _row_to_task(row, f"{path.stem}-{number}", where)

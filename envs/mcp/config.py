@@ -31,6 +31,10 @@ PORT = "{port}"
 """Placeholder for the free port of a per-rollout HTTP server."""
 WORKSPACE = "{workspace}"
 """Placeholder for the rollout's workspace directory."""
+TOKEN = "{token}"
+"""Placeholder for the bearer token of a per-rollout HTTP server (with `bearer_token: true`)."""
+TOKEN_ENV = "GYMFLOW_MCP_TOKEN"
+"""Environment variable that hands a per-rollout HTTP server its bearer token."""
 BUILTIN_PARSERS = ("json", "text")
 MAX_INLINE_MEDIA_BYTES = 256 * 1024
 """Default cap on the base64-decoded bytes of images/audio kept inline in one tool result."""
@@ -60,6 +64,10 @@ class McpServerConfig(Wire):
     parsers: dict[str, str] = Field(default_factory=dict)
     """Per-tool output parser: `json` (text parsed into `structured`), `text` (text only), or
     `module:function` / `file.py:function` (see envs.mcp.content.Parser)."""
+    bearer_token: bool = False
+    """For a per-rollout HTTP server that checks one: a fresh random token per server process, given
+    to it in the environment (`GYMFLOW_MCP_TOKEN`, or `{token}` in `env`/`args`) and sent by the
+    client as `Authorization: Bearer`, so other local processes cannot call the rollout's tools."""
     max_inline_media_bytes: int = Field(default=MAX_INLINE_MEDIA_BYTES, ge=0)
     """Images/audio/blobs of one result up to this many bytes stay inline (base64); larger ones
     are saved as workspace files (see envs.contract.ToolAttachment)."""
@@ -86,6 +94,8 @@ class McpServerConfig(Wire):
                     raise ValueError(f"'url' of a per-rollout server must be on 127.0.0.1, got {self.url!r}")
             elif PORT in self.url:
                 raise ValueError(f"'url' has {PORT!r} but there is no 'command' to start a server on it")
+        if self.bearer_token and not self.per_rollout_http:
+            raise ValueError("'bearer_token' needs a per-rollout HTTP server ('command' and a '{port}' 'url')")
         return self
 
     @property
@@ -99,14 +109,19 @@ class McpServerConfig(Wire):
             raise ValueError("not a server process")
         return sys.executable if self.command in {"python", "python3"} else self.command
 
-    def render(self, *, workspace: str, port: int | None = None) -> tuple[list[str], dict[str, str]]:
-        """Args and env with the placeholders filled in."""
+    def render(
+        self, *, workspace: str, port: int | None = None, token: str | None = None
+    ) -> tuple[list[str], dict[str, str]]:
+        """Args and env with the placeholders filled in (and the token in `GYMFLOW_MCP_TOKEN`)."""
 
         def fill(text: str) -> str:
             text = text.replace(WORKSPACE, workspace)
+            if token is not None:
+                text = text.replace(TOKEN, token)
             return text.replace(PORT, str(port)) if port is not None else text
 
-        return [fill(a) for a in self.args], {k: fill(v) for k, v in self.env.items()}
+        env = {k: fill(v) for k, v in self.env.items()}
+        return [fill(a) for a in self.args], env | ({TOKEN_ENV: token} if token is not None else {})
 
     def timeout_for(self, tool: str) -> float:
         """Time limit for one call of `tool`."""

@@ -106,7 +106,8 @@ class McpSession:
         log = self.workspace.parent / f"{self.workspace.name}.{self.name}.stderr.log"
         if self.config.per_rollout_http:
             self.http_process = HttpServerProcess(self.config, workspace=self.workspace, log_path=log)
-            target = await self.http_process.start()
+            await self.http_process.start()
+            target = self.http_process.transport()  # the URL, with the bearer token when it has one
             self._watch(self.http_process.wait())
         elif self.config.command is not None:
             args, env = self.config.render(workspace=str(self.workspace))

@@ -1,12 +1,16 @@
 """A stateful MCP server for tests: a counter kept in memory, every execution logged to a file.
 
 The log (`executions.log` in the server's cwd, i.e. the rollout workspace) lets tests count on
-the server side how many times each tool really ran. `python counter_server.py --port N` serves
-streamable HTTP on 127.0.0.1:N instead of stdio (a per-rollout HTTP server).
+the server side how many times each tool really ran. With `COUNTER_LOG=/path` in its environment
+every increment is also appended there as a JSON line (`{"tag", "by", "value", "pid"}`): a log
+outside the workspace that outlives the rollout, its server and its worker (chaos tests).
+`python counter_server.py --port N` serves streamable HTTP on 127.0.0.1:N instead of stdio (a
+per-rollout HTTP server), requiring `GYMFLOW_MCP_TOKEN` as a bearer token when it is set.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -14,8 +18,11 @@ from pathlib import Path
 
 from mcp.server.mcpserver import Image, MCPServer
 
+from envs.mcp.http import serve_http
+
 server = MCPServer("counter")
 _state = {"value": 0}
+MAX_BLOB_CHARS = 64 * 1024 * 1024
 
 
 def _log(line: str) -> None:
@@ -23,12 +30,30 @@ def _log(line: str) -> None:
         f.write(line + "\n")
 
 
+def _shared_log(record: dict[str, object]) -> None:
+    path = os.environ.get("COUNTER_LOG")
+    if path:
+        # One write of one line with O_APPEND: concurrent servers never interleave their lines.
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(record) + "\n").encode())
+        finally:
+            os.close(fd)
+
+
 @server.tool()
-def increment(by: int) -> int:
-    """Add `by` to the counter and return the new value."""
+def increment(by: int, tag: str = "") -> int:
+    """Add `by` to the counter and return the new value (`tag` names the call in the shared log)."""
     _state["value"] += by
     _log(f"increment {by}")
+    _shared_log({"tag": tag, "by": by, "value": _state["value"], "pid": os.getpid()})
     return _state["value"]
+
+
+@server.tool()
+def blob(size: int) -> str:
+    """A text of `size` characters (a huge tool output)."""
+    return "x" * max(0, min(size, MAX_BLOB_CHARS))
 
 
 @server.tool()
@@ -71,6 +96,6 @@ def pid() -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--port":
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+        serve_http(server, port=int(sys.argv[2]))
     else:
         server.run()

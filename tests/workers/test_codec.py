@@ -1,0 +1,142 @@
+"""Payload encryption: what the Temporal server stores is unreadable, and the codec server
+(`gymflow codec-server`) lets the temporal CLI and the Web UI read it again."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import leaks
+import pytest
+from google.protobuf import json_format
+from mcp_support import ROOT
+from temporalio.api.common.v1 import Payload, Payloads
+from temporalio.api.history.v1 import History
+from temporalio.client import Client
+
+from activities.model import ModelConfig
+from envs.math.data import generate_tasks
+from envs.mcp.http import free_port
+from support import make_settings
+from workers.client import connect, data_converter, run_rollout
+from workers.codec import ENCODING, KEY_ID, CodecKeyError, EncryptionCodec, EncryptionKey, generate_key
+from workers.server import temporal_binary
+from workers.worker import running_worker
+from workflows.rollout import RolloutInput
+
+UI_ORIGIN = "http://localhost:8233"
+
+
+def plain(text: str) -> Payload:
+    return Payload(metadata={"encoding": b"json/plain"}, data=json.dumps(text).encode())
+
+
+async def test_round_trip_key_id_rotation_and_tampering() -> None:
+    old, new = generate_key(), generate_key()
+    before = EncryptionCodec.from_specs(f"k1:{old}")
+    (sealed,) = await before.encode([plain("the prompt")])
+    assert sealed.metadata["encoding"] == ENCODING and sealed.metadata[KEY_ID] == b"k1"
+    assert b"the prompt" not in sealed.data
+    rotated = EncryptionCodec.from_specs(f"k2:{new}", f"k1:{old}")  # new key encrypts, old still decrypts
+    assert await rotated.decode([sealed]) == [plain("the prompt")]
+    (resealed,) = await rotated.encode([plain("x")])
+    assert resealed.metadata[KEY_ID] == b"k2"
+    with pytest.raises(CodecKeyError, match="'k2'"):
+        await before.decode([resealed])  # the old deployment lacks the new key: a clear error
+    relabelled = Payload()
+    relabelled.CopyFrom(sealed)
+    relabelled.metadata[KEY_ID] = b"k2"
+    with pytest.raises(CodecKeyError, match="tampered or wrong key"):
+        await rotated.decode([relabelled])  # the key id is authenticated
+    assert await rotated.decode([plain("old")]) == [plain("old")]  # written before encryption: readable
+    assert EncryptionKey.parse(old).id == EncryptionKey.parse(old).id != EncryptionKey.parse(new).id
+    for bad in ("not base64!", "c2hvcnQ=", "bad id:" + old):
+        with pytest.raises(CodecKeyError) as info:
+            EncryptionKey.parse(bad)
+        assert old not in str(info.value)
+
+
+@contextlib.contextmanager
+def codec_server(key: str, auth: str) -> Iterator[str]:
+    """`gymflow codec-server` as a user starts it; yields its URL."""
+    port = free_port()
+    env = {**os.environ, "GYMFLOW_ENCRYPTION_KEY": key, "GYMFLOW_CODEC_AUTH": auth}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "workers.cli", "codec-server", "--port", str(port)],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
+            assert time.monotonic() < deadline, "the codec server never listened"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def show(address: str, workflow_id: str, *codec: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [temporal_binary(), "workflow", "show", "--workflow-id", workflow_id, "-o", "json", "--address", address,
+         *codec],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+async def test_encrypted_rollout_is_opaque_in_history_and_readable_through_the_codec_server(
+    client: Client, temporal_address: str, calculator_policy_url: str, tmp_path: Path
+) -> None:
+    key, auth = generate_key(), f"Bearer codec-{uuid.uuid4().hex}"
+    settings = make_settings(tmp_path, encryption_key=key, codec_auth=auth)
+    encrypting = await connect(temporal_address, data_converter=data_converter(settings))
+    task = generate_tasks(1, seed=33)[0]
+    workflow_id = f"encrypted-{uuid.uuid4().hex[:8]}"
+    async with running_worker(encrypting, settings):
+        result = await run_rollout(
+            encrypting,
+            RolloutInput(env="math", task=task, model=ModelConfig(base_url=calculator_policy_url)),
+            task_queue=settings.task_queue,
+            workflow_id=workflow_id,
+        )
+    assert result.reward is not None and result.reward.total == 1.0  # the worker reads its own payloads
+
+    history = await client.get_workflow_handle(workflow_id).fetch_history()  # no key: the server's view
+    started = history.events[0].workflow_execution_started_event_attributes.input.payloads[0]
+    assert started.metadata["encoding"] == ENCODING and started.metadata[KEY_ID]
+    raw = leaks.history_text(history)
+    prompt = json.dumps(task.prompt)[1:-1]  # as it appears inside a JSON payload
+    assert prompt not in raw and "<answer>" not in raw and "calculator" not in raw.lower()
+
+    with codec_server(key, auth) as url:
+        decoded = show(temporal_address, workflow_id, "--codec-endpoint", url, "--codec-auth", auth)
+        assert decoded.returncode == 0, decoded.stderr
+        readable = leaks.history_text(json_format.Parse(decoded.stdout, History(), ignore_unknown_fields=True))
+        assert prompt in readable and "<answer>" in readable and "calculator." in readable
+        refused = show(temporal_address, workflow_id, "--codec-endpoint", url, "--command-timeout", "2s")  # no auth
+        assert refused.returncode != 0 or prompt not in refused.stdout
+        async with httpx.AsyncClient(timeout=10) as http:
+            body = json_format.MessageToJson(Payloads(payloads=[started]))
+            direct = await http.post(f"{url}/decode", content=body, headers={"Authorization": auth})
+            assert direct.status_code == 200
+            (opened,) = json_format.Parse(direct.text, Payloads()).payloads
+            assert opened.metadata["encoding"] == b"json/plain" and prompt.encode() in opened.data
+            preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "x-namespace"}
+            ui = await http.options(f"{url}/decode", headers={"Origin": UI_ORIGIN, **preflight})
+            assert ui.status_code == 200 and ui.headers["access-control-allow-origin"] == UI_ORIGIN
+            other = await http.options(f"{url}/decode", headers={"Origin": "http://evil.example", **preflight})
+            assert "access-control-allow-origin" not in other.headers
+            unauthorised = await http.post(f"{url}/decode", content=body)
+            assert unauthorised.status_code == 401
