@@ -82,6 +82,10 @@ class ComputeRewardInput(Wire):
     state_key: str
     messages: list[Message]
     task: Task
+    release: bool = False
+    """Free the rollout's state once the reward is computed, saving the workflow a
+    `release_rollout` round trip. Only a successful call frees it: after a failure the state stays
+    for a retry, and the workflow releases it as on every other failure path."""
 
 
 class GroupRewardInput(Wire):
@@ -197,7 +201,7 @@ class EnvActivities:
 
     @activity.defn(name="compute_reward")
     async def compute_reward(self, input: ComputeRewardInput) -> Reward:
-        """Score the finished rollout while its state is still alive."""
+        """Score the finished rollout while its state is still alive (then free it if `input.release`)."""
         env = self.env(input.env)
         try:
             raw = await _with_heartbeat(
@@ -209,7 +213,7 @@ class EnvActivities:
                     metadata=input.task.metadata,
                 )
             )
-            return Reward.of(raw)
+            reward = Reward.of(raw)
         except RolloutNotFound as exc:
             raise errors.non_retryable(str(exc), type=errors.ROLLOUT_NOT_FOUND) from exc
         except InfraError as exc:
@@ -218,6 +222,18 @@ class EnvActivities:
             raise  # typed by its own boundary (a judge endpoint, storage)
         except (ValidationError, ValueError, TypeError) as exc:
             raise errors.non_retryable(f"invalid reward from {input.env}: {exc}", type=errors.REWARD_ERROR) from exc
+        if input.release:
+            await self._release(env, input.state_key)
+        return reward
+
+    @staticmethod
+    async def _release(env: BaseEnv, key: str) -> None:
+        # The reward is computed: a failing release must not lose it. Whatever a release leaves
+        # behind is freed when the worker shuts down, or by the next worker's orphan reaper.
+        try:
+            await env.release_rollout(key)
+        except Exception:
+            log.warning("release of %s after its reward failed", key, exc_info=True)
 
     @activity.defn(name="compute_group_reward")
     async def compute_group_reward(self, input: GroupRewardInput) -> list[dict[str, float]]:

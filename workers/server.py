@@ -36,6 +36,13 @@ _DEV_SERVER_TYPES = {
 }
 
 
+SQLITE_PRAGMAS = ("--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal")
+"""Write-ahead log, synced at checkpoints: SQLite's default rollback journal creates, syncs and
+deletes a journal file per transaction, which cost the server 22 ms of CPU per activity on a 2-core
+box (bench/: 34 activities/s for a bare workflow, 100 with these). A commit still survives any
+process crash; a power loss can lose the last commits, never the database's consistency."""
+
+
 class ServerError(RuntimeError):
     """The embedded server could not be found, started or reached."""
 
@@ -65,6 +72,7 @@ def dev_server_command(*, data_dir: Path, port: int = 7233, ui_port: int = 8233,
         str(ui_port),
         "--log-level",
         "warn",
+        *SQLITE_PRAGMAS,
     ]
     if headless:
         command.append("--headless")

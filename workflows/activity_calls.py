@@ -12,7 +12,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
+from temporalio.activity import _Definition as activity_definition
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    FailureError,
+    TimeoutError,
+    TimeoutType,
+)
 
 with workflow.unsafe.imports_passed_through():
     from activities import errors
@@ -21,19 +29,38 @@ with workflow.unsafe.imports_passed_through():
 T = TypeVar("T")
 
 
-async def execute(method: Callable[..., Awaitable[T]], arg: Any, **options: Any) -> T:
-    """Run an activity; a cancelled activity re-raises as the workflow's own cancellation.
+async def execute(method: Callable[..., Awaitable[T]], arg: Any, *, local: bool = False, **options: Any) -> T:
+    """Run an activity (a local one with `local`); every failure is an ActivityError, and a
+    cancelled activity re-raises as the workflow's own cancellation.
 
     Depending on timing, cancelling the workflow surfaces either as asyncio.CancelledError or as
     an ActivityError caused by CancelledError; the agent loop must see one thing, or a cancelled
-    rollout would be recorded as an env failure.
+    rollout would be recorded as an env failure. A local activity fails with its own error
+    (ApplicationError, TimeoutError, CancelledError) instead of an ActivityError around it; it is
+    wrapped here, so callers classify both kinds alike.
     """
+    run = workflow.execute_local_activity_method if local else workflow.execute_activity_method
     try:
-        return await workflow.execute_activity_method(method, arg, **options)
+        return await run(method, arg, **options)
     except ActivityError as exc:
         if isinstance(exc.cause, CancelledError):
             raise asyncio.CancelledError from exc
         raise
+    except FailureError as exc:
+        if not local or isinstance(exc, ActivityError):
+            raise
+        if isinstance(exc, CancelledError):
+            raise asyncio.CancelledError from exc
+        name = activity_definition.must_from_callable(method).name or ""
+        raise ActivityError(
+            f"local activity {name} failed",
+            scheduled_event_id=0,
+            started_event_id=0,
+            identity="",
+            activity_type=name,
+            activity_id="",
+            retry_state=None,
+        ) from exc
 
 
 def error_type(exc: ActivityError) -> str | None:

@@ -7,6 +7,18 @@ servers. When that node is lost (schedule-to-start timeout) or the rollout's sta
 (RolloutNotFound, a dead server), the rollout is re-initialised elsewhere: stateless envs just
 continue, replayable envs get their recorded tool calls re-executed first, others end with a
 typed infra failure. Bad model output is data: it becomes an error observation, never a crash.
+
+Round trips (bench/: at zero latency each costs the server and worker more CPU than the work it
+does). `compute_reward` frees the rollout's state when it succeeds, so a finished rollout needs no
+separate `release_rollout`; every failure path still releases in `finally`. With
+`ModelConfig.local_activity` (opt-in) model turns are local activities: `generate` needs no node,
+so the workflow's own worker runs it and records the reply in the workflow task that schedules the
+next tool call — one server round trip per turn instead of two, and the conversation (the
+activity's input) never enters history. It is off by default because a local activity holds a
+workflow task slot for the whole generation and a worker's graceful shutdown waits for (and the
+SDK re-runs) in-flight local turns: fine for turns of a few seconds, wrong for long generations.
+Both changes sit behind the `ROLLOUT_PLAN_2` patch: histories written before it replay on the
+old plan.
 """
 
 from __future__ import annotations
@@ -40,6 +52,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows.judging import JudgeConfig
 
 
+MAX_ATTEMPTS = 1000
+"""Upper bound of retry attempts (Temporal's RetryPolicy holds an int32; nobody needs more)."""
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+"""Upper bound of any timeout in the input (a larger float overflows a protobuf Duration)."""
+MAX_NAME_CHARS = 512
+"""Env and model names become search attributes; the server refuses keywords over 2 KB."""
+
+
 class RolloutLimits(Wire):
     """Budgets of one rollout."""
 
@@ -53,18 +73,18 @@ class RolloutLimits(Wire):
     """Stop once the model has generated this many tokens in total."""
     max_tool_output_chars: int = Field(default=16_000, ge=256)
     """Tool output longer than this is truncated with a visible marker."""
-    tool_timeout_s: float = Field(default=60.0, gt=0)
+    tool_timeout_s: float = Field(default=60.0, gt=0, le=MAX_TIMEOUT_S)
     """Time limit of one tool call; a timeout is an error observation."""
 
 
 class RetrySettings(Wire):
     """How hard Temporal tries before a rollout is declared an infra failure."""
 
-    model_attempts: int = Field(default=5, ge=1)
+    model_attempts: int = Field(default=5, ge=1, le=MAX_ATTEMPTS)
     """Attempts per model turn (retryable errors only: connection, 408/409/429/5xx)."""
-    env_attempts: int = Field(default=3, ge=1)
+    env_attempts: int = Field(default=3, ge=1, le=MAX_ATTEMPTS)
     """Attempts per env activity."""
-    node_timeout_s: float = Field(default=60.0, gt=0)
+    node_timeout_s: float = Field(default=60.0, gt=0, le=MAX_TIMEOUT_S)
     """A node that has not picked up a rollout's activity within this is presumed lost."""
     max_recoveries: int = Field(default=2, ge=0)
     """Re-initialisations after node/server loss before giving up."""
@@ -73,15 +93,15 @@ class RetrySettings(Wire):
 class RolloutInput(Wire):
     """Input of RolloutWorkflow."""
 
-    env: str
-    """Registered env name (see `gymflow envs`)."""
+    env: str = Field(max_length=MAX_NAME_CHARS)
+    """Registered env name or env-file path (see `gymflow envs`); becomes the GymflowEnv search attribute."""
     task: Task
     model: ModelConfig = Field(default_factory=ModelConfig)
     limits: RolloutLimits = Field(default_factory=RolloutLimits)
     retry: RetrySettings = Field(default_factory=RetrySettings)
     rollout_id: str | None = None
     """Default: the workflow id."""
-    batch_id: str | None = None
+    batch_id: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     """Set by parent workflows; becomes the GymflowBatch search attribute."""
     judge: JudgeConfig | None = None
     """Have an LLM judge score the rollout (the rubric defaults to the env's)."""
@@ -91,6 +111,8 @@ RolloutResult = Trajectory
 """Result of RolloutWorkflow: the full trajectory with reward and termination."""
 
 T = TypeVar("T")
+ROLLOUT_PLAN_2 = "rollout-plan-2"
+"""Patch id: release folded into a successful compute_reward; model turns as local activities if asked."""
 INIT_TIMEOUT = timedelta(minutes=2)
 REWARD_TIMEOUT = timedelta(minutes=10)
 RELEASE_TIMEOUT = timedelta(seconds=30)
@@ -121,6 +143,7 @@ class RolloutWorkflow:
         self._budget_hit = False
         self._pending_chars = 0
         self._last_completion_tokens = 0
+        self._plan_2 = False
 
     @workflow.query
     def progress(self) -> dict[str, int]:
@@ -141,6 +164,7 @@ class RolloutWorkflow:
             ]
         )
         workflow.upsert_memo({"task_id": input.task.id})
+        self._plan_2 = workflow.patched(ROLLOUT_PLAN_2)
         reward: Reward | None = None
         try:
             try:
@@ -222,6 +246,7 @@ class RolloutWorkflow:
                     rollout_id=self._rollout_id,
                     turn=self._turns,
                 ),
+                local=self._plan_2 and input.model.local_activity,
                 start_to_close_timeout=timedelta(seconds=input.model.request_timeout_s + 30),
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=1),
@@ -298,18 +323,28 @@ class RolloutWorkflow:
         )
 
     async def _reward(self, handle: RolloutHandle) -> Reward:
+        reward = await self._compute_reward(handle)
+        if self._plan_2 and self._handle is handle:
+            self._handle = None  # compute_reward released it
+        return reward
+
+    async def _compute_reward(self, handle: RolloutHandle) -> Reward:
         try:
             return await execute(
                 EnvActivities.compute_reward,
                 ComputeRewardInput(
-                    env=self._input.env, state_key=handle.state_key, messages=self._messages, task=self._input.task
+                    env=self._input.env,
+                    state_key=handle.state_key,
+                    messages=self._messages,
+                    task=self._input.task,
+                    release=self._plan_2,
                 ),
                 task_queue=handle.node_queue,
                 schedule_to_start_timeout=timedelta(seconds=self._input.retry.node_timeout_s),
                 start_to_close_timeout=REWARD_TIMEOUT,
                 heartbeat_timeout=ENV_HEARTBEAT,
                 retry_policy=self._env_retry(),
-                summary=f"reward {self._input.env}",
+                summary=f"reward {self._input.env}" + (" + release" if self._plan_2 else ""),
             )
         except ActivityError as exc:
             if node_lost(exc):

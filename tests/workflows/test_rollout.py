@@ -33,6 +33,17 @@ async def activity_types(client: Client, workflow_id: str) -> list[str]:
     ]
 
 
+async def local_activity_types(client: Client, workflow_id: str) -> list[str]:
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    markers = [
+        e.marker_recorded_event_attributes
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+        and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    ]
+    return [json.loads(m.details["data"].payloads[0].data)["activity_type"] for m in markers]
+
+
 async def test_math_rollout_solves_task_with_tools(
     client: Client, worker: RunningWorker, calculator_policy_url: str
 ) -> None:
@@ -42,10 +53,38 @@ async def test_math_rollout_solves_task_with_tools(
     assert result.reward is not None and result.reward.total == 1.0
     assert result.tool_calls >= 1
     kinds = await activity_types(client, result.rollout_id)
-    assert kinds[0] == "init_rollout" and kinds[-1] == "release_rollout"
+    # A successful compute_reward frees the rollout's state: no release_rollout follows it.
+    assert kinds[0] == "init_rollout" and kinds[-1] == "compute_reward"
     assert kinds.count("call_tool") == result.tool_calls
-    assert "compute_reward" in kinds
+    assert kinds.count("generate") == result.turns and "release_rollout" not in kinds
+    assert await local_activity_types(client, result.rollout_id) == []
     assert worker.env.env("math").live_rollouts() == []  # type: ignore[attr-defined]
+
+
+async def test_model_turns_as_local_activities(
+    client: Client, worker: RunningWorker, calculator_policy_url: str
+) -> None:
+    model = ModelConfig(base_url=calculator_policy_url, local_activity=True)
+    result = await run_rollout(client, rollout_input(calculator_policy_url).model_copy(update={"model": model}),
+                               task_queue=worker.task_queue)  # fmt: skip
+    assert result.reward is not None and result.reward.total == 1.0
+    kinds = await activity_types(client, result.rollout_id)
+    assert "generate" not in kinds and kinds.count("call_tool") == result.tool_calls
+    assert await local_activity_types(client, result.rollout_id) == ["generate"] * result.turns
+
+
+async def test_failed_reward_still_releases(client: Client, worker: RunningWorker, calculator_policy_url: str) -> None:
+    env = worker.env.env("math")
+
+    async def broken(*args: object, **kwargs: object) -> None:
+        raise ValueError("no reward today")
+
+    env.compute_reward = broken  # type: ignore[method-assign]
+    result = await run_rollout(client, rollout_input(calculator_policy_url), task_queue=worker.task_queue)
+    assert result.termination == TerminationReason.REWARD_ERROR and result.infra_failed
+    kinds = await activity_types(client, result.rollout_id)
+    assert kinds[-2:] == ["compute_reward", "release_rollout"]
+    assert env.live_rollouts() == []  # type: ignore[attr-defined]
 
 
 async def test_hermes_tool_format(client: Client, worker: RunningWorker, calculator_policy_url: str) -> None:
@@ -83,11 +122,13 @@ async def test_bad_model_output_becomes_error_observations(client: Client, worke
     assert (await activity_types(client, result.rollout_id)).count("call_tool") == 3
 
 
-async def test_model_endpoint_down_is_typed_infra_failure(client: Client, worker: RunningWorker) -> None:
+@pytest.mark.parametrize("local", [False, True], ids=["activity", "local-activity"])
+async def test_model_endpoint_down_is_typed_infra_failure(client: Client, worker: RunningWorker, local: bool) -> None:
     dead = "http://127.0.0.1:9/v1"  # discard port: nothing listens
+    model = ModelConfig(base_url=dead, local_activity=local)
     handle = await start_rollout(
         client,
-        rollout_input(dead, retry=RetrySettings(model_attempts=2)),
+        RolloutInput(env="math", task=generate_tasks(1)[0], model=model, retry=RetrySettings(model_attempts=2)),
         task_queue=worker.task_queue,
     )
     result = await handle.result()

@@ -1,0 +1,1 @@
+"""gymflow benchmarks: `python -m bench.run [--quick]` (see README "Benchmarks")."""

@@ -1,0 +1,116 @@
+"""The benchmark's verdicts, text table and plots, from the report dict `bench.run` builds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.scenarios import BARE, DIRECT
+
+TARGETS = {
+    "a": "<= 10 ms p50 added per activity (gymflow vs direct)",
+    "b": ">= 0.8x the bare-Temporal ceiling (activity-steps/s)",
+    "c": "<= 1.10x direct wall time",
+    "d": ">= 200 isolated servers held at once; warm-pool init p50 <= 50 ms",
+}
+
+
+def gymflow_labels(report: dict[str, Any]) -> list[str]:
+    return [label for label, kind in report.get("runners", {}).items() if kind == "gymflow"]
+
+
+def targets(report: dict[str, Any]) -> dict[str, Any]:
+    """Target, reached figure and verdict per scenario (for the last gymflow variant, the current code)."""
+    scenarios = report["scenarios"]
+    labels = gymflow_labels(report)
+    label = labels[-1] if labels else None
+    out: dict[str, Any] = {}
+    if "a" in scenarios and label:
+        added = scenarios["a"]["runners"][label]["added_per_activity_p50_ms"]
+        out["a"] = {"target": TARGETS["a"], "reached": f"{added} ms", "met": added <= 10}
+    if "b" in scenarios and label:
+        ratio = scenarios["b"]["runners"][label]["vs_bare"]
+        out["b"] = {"target": TARGETS["b"], "reached": f"{ratio}x", "met": ratio is not None and ratio >= 0.8}
+    if "c" in scenarios and label:
+        ratio = scenarios["c"]["runners"][label]["vs_direct"]
+        out["c"] = {"target": TARGETS["c"], "reached": f"{ratio}x", "met": ratio <= 1.10}
+    if "d" in scenarios:
+        s = scenarios["d"]["summary"]
+        met = s["servers_held"] >= 200 and s["all_answered"] and s["warm_p50_ms"] <= 50
+        out["d"] = {"target": TARGETS["d"], "reached": f"{s['servers_held']} servers, warm p50 {s['warm_p50_ms']} ms",
+                    "met": met}  # fmt: skip
+    return out
+
+
+def summary_table(report: dict[str, Any]) -> str:
+    """A markdown table of the headline figures."""
+    s = report["scenarios"]
+    rows = ["| scenario | runner | figure |", "| --- | --- | --- |"]
+    if "a" in s:
+        for label, row in s["a"]["runners"].items():
+            rows.append(
+                f"| (a) 1 rollout at a time, {s['a']['tool_turns']} tool turns | {label} | rollout p50 "
+                f"{row['rollout_p50_ms']} ms; {row['per_activity_p50_ms']} ms/activity; "
+                f"+{row['added_per_activity_p50_ms']} ms/activity vs direct |"
+            )
+    if "b" in s:
+        b = s["b"]
+        for label, row in b["runners"].items():
+            rows.append(
+                f"| (b) {b['concurrency']} concurrent, {b['tool_turns']} tool turns | {label} | "
+                f"{row['steps_per_s']} activity-steps/s ({row['vs_bare']}x bare) |"
+            )
+    if "c" in s:
+        c = s["c"]
+        for label, row in c["runners"].items():
+            rows.append(
+                f"| (c) {c['concurrency']} at once, model {c['model_delay_s']} s, tool {c['tool_delay_s']} s, "
+                f"{c['tool_turns']} tool turns | {label} | {row['wall_s']} s ({row['vs_direct']}x direct) |"
+            )
+    if "d" in s:
+        d = s["d"]["summary"]
+        rows.append(f"| (d) MCP init | warm pool / cold | p50 {d['warm_p50_ms']} / {d['cold_p50_ms']} ms, "
+                    f"p95 {d['warm_p95_ms']} / {d['cold_p95_ms']} ms |")  # fmt: skip
+        rows.append(f"| (d) MCP isolation | calculator servers | {d['servers_held']} held at once, PSS/RSS "
+                    f"{d['pss_mb']}/{d['rss_mb']} MB each |")  # fmt: skip
+    lines = ["\n".join(rows), ""]
+    for key, verdict in report.get("targets", {}).items():
+        lines.append(f"({key}) {verdict['target']}: {verdict['reached']} -> {'met' if verdict['met'] else 'NOT met'}")
+    load = report["machine"]
+    lines.append(f"load average at start {load['load_at_start']}, at end {load.get('load_at_end')}")
+    return "\n".join(lines)
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = report["scenarios"]
+    panels = [key for key in ("a", "b", "c") if key in s]
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5), squeeze=False)
+    colors = {DIRECT: "tab:gray", BARE: "tab:blue"}
+    for ax, key in zip(axes[0], panels, strict=True):
+        rows = s[key]["runners"]
+        labels = list(rows)
+        if key == "a":
+            values = [rows[x]["per_activity_p50_ms"] for x in labels]
+            ax.set(ylabel="ms per activity (rollout p50 / activities)",
+                   title=f"(a) one rollout at a time, {s['a']['tool_turns']} tool turns")  # fmt: skip
+        elif key == "b":
+            values = [rows[x]["steps_per_s"] for x in labels]
+            ax.set(ylabel="activity-steps / s", title=f"(b) saturation, {s['b']['concurrency']} concurrent")
+        else:
+            values = [rows[x]["wall_s"] for x in labels]
+            ax.axhline(s["c"]["ideal_rollout_s"], color="k", linestyle=":", label="one rollout, no overhead")
+            ax.set(ylabel="wall s", title=f"(c) {s['c']['concurrency']} rollouts, model 2 s, tool 0.1 s")
+            ax.legend(loc="lower right")
+        bars = ax.bar(labels, values, color=[colors.get(x, "tab:orange") for x in labels])
+        ax.bar_label(bars, fmt="%.3g")
+        ax.tick_params(axis="x", rotation=20)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,237 @@
+"""Scenarios (a) to (c): one rollout at a time, saturation, realistic RL load — each side by side.
+
+Every scenario runs its runners (direct, gymflow, bare Temporal, before/after variants) in the
+same run against the same server and endpoint, alternating between them so that load from other
+processes on the machine falls on all of them alike. A rollout's activity plan is counted as
+gymflow's original one, `2 * tool_turns + 4` activities (init, tool_turns + 1 model turns,
+tool_turns tool calls, reward, release), for every runner, so "activity-steps per second" is
+the same unit of rollout work whatever a runner does inside.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from temporalio.client import Client
+
+from activities.model import ModelConfig
+from bench.bare import BARE_WORKFLOW, BareInput
+from bench.direct import DirectRunner
+from bench.procs import Procs, measured, profiled
+from bench.workload import ENV_NAME, bench_task, endpoint
+from workers.client import run_rollout
+from workflows.rollout import RolloutInput, RolloutLimits
+
+DIRECT = "direct"
+BARE = "bare"
+LOCAL = "gymflow-local"
+"""The gymflow worker, rollouts asking for model turns as local activities."""
+
+
+def activities(tool_turns: int) -> int:
+    """Activities of gymflow's original rollout plan with `tool_turns` tool turns."""
+    return 2 * tool_turns + 4
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+@dataclass
+class Runner:
+    """One way of running the benchmark rollout: direct, bare Temporal, or a gymflow worker's queue."""
+
+    label: str
+    kind: str
+    """``direct``, ``bare`` or ``gymflow``."""
+    task_queue: str | None = None
+    local_turns: bool = False
+    """gymflow with model turns as local activities (`ModelConfig.local_activity`)."""
+
+
+@dataclass
+class Bench:
+    client: Client
+    procs: Procs
+    policy_base: str
+    direct: DirectRunner
+    profile: dict[str, Path] = field(default_factory=dict)
+    """Runner label -> where to write a py-spy profile of its worker during saturation."""
+
+    async def rollout(self, runner: Runner, index: int, *, tool_turns: int, model_s: float, tool_s: float) -> float:
+        """Run one rollout; returns its wall seconds. Raises if the rollout did not finish correctly."""
+        task = bench_task(index, tool_turns=tool_turns, tool_delay_s=tool_s)
+        model = ModelConfig(base_url=endpoint(self.policy_base, model_s), local_activity=runner.local_turns)
+        started = time.perf_counter()
+        if runner.kind == DIRECT:
+            messages = await self.direct.rollout(task, model)
+            ok = messages[-1].content == f"<answer>{tool_turns}</answer>"
+        elif runner.kind == BARE:
+            await self.client.execute_workflow(
+                BARE_WORKFLOW,
+                BareInput(tool_turns=tool_turns),
+                id=f"bare-{uuid.uuid4().hex}",
+                task_queue=runner.task_queue or "",
+            )
+            ok = True
+        else:
+            result = await run_rollout(
+                self.client,
+                RolloutInput(env=ENV_NAME, task=task, model=model, limits=RolloutLimits(max_turns=tool_turns + 1)),
+                task_queue=runner.task_queue or "",
+            )
+            ok = result.reward is not None and result.reward.total == 1.0 and result.tool_calls == tool_turns
+        if not ok:
+            raise RuntimeError(f"{runner.label}: rollout {index} did not finish as expected")
+        return time.perf_counter() - started
+
+    async def endpoint_stats(self, reset: bool = True) -> dict[str, int]:
+        async with httpx.AsyncClient() as http:
+            response = await (http.post if reset else http.get)(self.policy_base + "/bench/stats")
+            return dict(response.json())
+
+
+async def light(bench: Bench, runners: Sequence[Runner], *, tool_turns: int, rollouts: int) -> dict[str, Any]:
+    """(a) One rollout at a time, zero-latency model and tool: what each activity adds."""
+    walls: dict[str, list[float]] = {r.label: [] for r in runners}
+    for runner in runners:  # warm-up: connections, caches, imports
+        for i in range(2):
+            await bench.rollout(runner, i, tool_turns=tool_turns, model_s=0, tool_s=0)
+    record: dict[str, Any]
+    with measured(bench.procs) as record:
+        for i in range(rollouts):
+            for runner in runners:  # interleaved, so load changes fall on every runner alike
+                walls[runner.label].append(await bench.rollout(runner, i, tool_turns=tool_turns, model_s=0, tool_s=0))
+    n = activities(tool_turns)
+    direct_p50 = statistics.median(walls[DIRECT])
+    rows = {}
+    for label, values in walls.items():
+        p50 = statistics.median(values)
+        rows[label] = {
+            "rollout_p50_ms": round(p50 * 1000, 1),
+            "rollout_p95_ms": round(pct(values, 0.95) * 1000, 1),
+            "per_activity_p50_ms": round(p50 * 1000 / n, 2),
+            "added_per_activity_p50_ms": round((p50 - direct_p50) * 1000 / n, 2),
+        }
+    return {
+        "tool_turns": tool_turns,
+        "activities_per_rollout": n,
+        "rollouts_per_runner": rollouts,
+        "runners": rows,
+        "raw_s": walls,
+        **record,
+    }
+
+
+async def batch(
+    bench: Bench, runner: Runner, *, rollouts: int, concurrency: int, tool_turns: int, model_s: float, tool_s: float
+) -> float:
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def one(i: int) -> float:
+        async with semaphore:
+            return await bench.rollout(runner, i, tool_turns=tool_turns, model_s=model_s, tool_s=tool_s)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(rollouts)))
+    return time.perf_counter() - started
+
+
+async def side_by_side(
+    bench: Bench,
+    runners: Sequence[Runner],
+    *,
+    repeats: int,
+    run: Callable[[Runner], Awaitable[float]],
+) -> dict[str, list[dict[str, Any]]]:
+    """`run` each runner `repeats` times, alternating; wall, CPU, load and endpoint connections of each."""
+    results: dict[str, list[dict[str, Any]]] = {r.label: [] for r in runners}
+    for _ in range(repeats):
+        for runner in runners:
+            await bench.endpoint_stats(reset=True)
+            spy = bench.profile.pop(runner.label, None)  # the first run of a runner only
+            with profiled(bench.procs.pids.get(runner.label), spy), measured(bench.procs) as record:
+                record["batch_wall_s"] = await run(runner)
+            record["endpoint"] = await bench.endpoint_stats(reset=True)
+            results[runner.label].append(record)
+    return results
+
+
+async def saturation(
+    bench: Bench, runners: Sequence[Runner], *, tool_turns: int, concurrency: int, rollouts: int, repeats: int
+) -> dict[str, Any]:
+    """(b) Many concurrent zero-latency rollouts: activity-steps per second, vs the bare ceiling."""
+    for runner in runners:  # warm-up
+        await batch(bench, runner, rollouts=concurrency, concurrency=concurrency, tool_turns=2, model_s=0, tool_s=0)
+
+    async def run(runner: Runner) -> float:
+        return await batch(
+            bench, runner, rollouts=rollouts, concurrency=concurrency, tool_turns=tool_turns, model_s=0, tool_s=0
+        )
+
+    raw = await side_by_side(bench, runners, repeats=repeats, run=run)
+    steps = rollouts * activities(tool_turns)
+    rows = {}
+    for label, records in raw.items():
+        rates = [steps / r["batch_wall_s"] for r in records]
+        rows[label] = {"steps_per_s": round(max(rates), 1), "steps_per_s_all": [round(x, 1) for x in rates]}
+    bare = rows.get(BARE, {}).get("steps_per_s")
+    for row in rows.values():
+        row["vs_bare"] = round(row["steps_per_s"] / bare, 3) if bare else None
+    return {
+        "tool_turns": tool_turns,
+        "concurrency": concurrency,
+        "rollouts": rollouts,
+        "activity_steps_per_run": steps,
+        "runners": rows,
+        "runs": raw,
+    }
+
+
+async def realistic(
+    bench: Bench,
+    runners: Sequence[Runner],
+    *,
+    tool_turns: int,
+    concurrency: int,
+    model_s: float,
+    tool_s: float,
+    repeats: int,
+) -> dict[str, Any]:
+    """(c) RL load: slow model, slower tools, many rollouts at once: wall time vs direct."""
+
+    async def run(runner: Runner) -> float:
+        return await batch(
+            bench,
+            runner,
+            rollouts=concurrency,
+            concurrency=concurrency,
+            tool_turns=tool_turns,
+            model_s=model_s,
+            tool_s=tool_s,
+        )
+
+    raw = await side_by_side(bench, runners, repeats=repeats, run=run)
+    rows = {label: {"wall_s": round(min(r["batch_wall_s"] for r in records), 2)} for label, records in raw.items()}
+    direct = rows[DIRECT]["wall_s"]
+    for row in rows.values():
+        row["vs_direct"] = round(row["wall_s"] / direct, 3)
+    return {
+        "tool_turns": tool_turns,
+        "model_calls_per_rollout": tool_turns + 1,
+        "concurrency": concurrency,
+        "model_delay_s": model_s,
+        "tool_delay_s": tool_s,
+        "ideal_rollout_s": round((tool_turns + 1) * model_s + tool_turns * tool_s, 2),
+        "runners": rows,
+        "runs": raw,
+    }

@@ -1,0 +1,85 @@
+"""A benchmark worker process: `python -m bench.worker --mode gymflow|bare --address A --task-queue Q`.
+
+`gymflow` runs the real worker (`workers.worker.running_worker`, settings from GYMFLOW_*
+variables as `gymflow worker` reads them) with the benchmark env registered; `bare` runs
+`BareRolloutWorkflow` with the same worker options. It prints ``ready`` once polling and stops on
+SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+import bench.workload  # noqa: F401  (registers the benchmark env)
+from bench.bare import BareActivities, BareRolloutWorkflow
+from workers.client import connect
+from workers.config import Settings
+from workflows.names import node_queue
+
+
+@contextlib.asynccontextmanager
+async def bare_worker(client: Client, settings: Settings) -> AsyncIterator[None]:
+    from workers.worker import worker_tuning
+
+    queue = node_queue(settings.task_queue, settings.node_id)
+    acts = BareActivities(queue)
+    shared = Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=[BareRolloutWorkflow],
+        activities=[acts.init, acts.generate],
+        **worker_tuning(settings, workflows=True),
+    )
+    node = Worker(
+        client,
+        task_queue=queue,
+        activities=[acts.call_tool, acts.reward, acts.release],
+        **worker_tuning(settings, workflows=False),
+    )
+    async with shared, node:
+        yield
+
+
+async def serve(mode: str, address: str, task_queue: str) -> None:
+    root = Path(tempfile.mkdtemp(prefix="gymflow-bench-worker-"))
+    settings = Settings(
+        temporal_address=address, task_queue=task_queue, workspace_root=root / "ws", data_dir=root / "data"
+    )
+    client = await connect(address)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if mode == "bare":
+        context: contextlib.AbstractAsyncContextManager[object] = bare_worker(client, settings)
+    else:
+        from workers.worker import running_worker
+
+        context = running_worker(client, settings)
+    async with context:
+        print("ready", flush=True)
+        await stop.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=["gymflow", "bare"], required=True)
+    parser.add_argument("--address", required=True)
+    parser.add_argument("--task-queue", required=True)
+    args = parser.parse_args()
+    asyncio.run(serve(args.mode, args.address, args.task_queue))
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
