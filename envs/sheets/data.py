@@ -152,8 +152,13 @@ def row_tasks(root: Path, row: Any, *, where: str) -> list[Task]:
         book.parse_position(fields["answer_position"])
     except book.BookError as exc:
         raise DatasetError(f"{where}: field 'answer_position': {exc}") from None
-    folder = (root / _field(row, "spreadsheet_path", where)).resolve()
-    if root.resolve() not in folder.parents or not folder.is_dir():
+    given = _field(row, "spreadsheet_path", where)
+    try:
+        folder = (root / given).resolve()
+        inside = root.resolve() in folder.parents and folder.is_dir()
+    except (OSError, ValueError) as exc:  # a name too long for the file system, a NUL byte
+        raise DatasetError(f"{where}: field 'spreadsheet_path' is not a usable path: {str(exc)[:120]}") from None
+    if not inside:
         raise DatasetError(f"{where}: field 'spreadsheet_path' must name a folder inside {root}")
     cases = sorted(int(p.name.split("_", 1)[0]) for p in folder.glob(f"*_{rid}_input.xlsx") if p.name[0].isdigit())
     if not cases:

@@ -66,6 +66,9 @@ def test_loads_spreadsheetbench_rows_one_task_per_case(tmp_path: Path) -> None:
         ({"spreadsheet_path": "../../etc"}, "row 0 (id 59196): field 'spreadsheet_path' must name a folder inside"),
         ({"id": "a/b"}, "row 0 (id a/b): field 'id' may only hold"),
         ({"id": None}, "row 0: field 'id' must be a non-empty string"),
+        # Found by the fuzzer (tests/fuzz): these escaped as OSError / ValueError.
+        ({"spreadsheet_path": "a" * 10_000}, "row 0 (id 59196): field 'spreadsheet_path' is not a usable path"),
+        ({"spreadsheet_path": "a\x00b"}, "row 0 (id 59196): field 'spreadsheet_path' is not a usable path"),
     ],
 )
 def test_invalid_rows_are_named(tmp_path: Path, change: dict[str, Any], message: str) -> None:
