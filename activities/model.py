@@ -50,6 +50,10 @@ _CONTEXT_MARKERS = (
 _EXCERPT_CHARS = 300
 
 
+KEEPALIVE_S = 4.0
+"""Seconds an idle connection to a model endpoint is kept for reuse."""
+
+
 class ModelConfig(Wire):
     """Which model to call and how to sample. Part of workflow input: never put secrets here."""
 
@@ -149,8 +153,11 @@ class ChatEndpoint:
         self._owns_http = http is None
         self._http = http or httpx.AsyncClient(
             # retries=0: Temporal owns retries. No pool cap: the worker's activity slots bound it.
+            # Idle connections are dropped before uvicorn's 5 s keep-alive (vLLM's and SGLang's
+            # servers) closes them: reusing one the server is closing fails the request (a ReadError
+            # the bench saw, costing a retry).
             transport=httpx.AsyncHTTPTransport(retries=0),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=KEEPALIVE_S),
         )
 
     async def aclose(self) -> None:

@@ -21,7 +21,7 @@ from envs.math.policy import CalculatorPolicy
 from support import make_settings
 from workers.client import DATA_CONVERTER
 from workers.policy_server import PolicyServer
-from workers.server import temporal_binary
+from workers.server import QUEUE_TUNING, temporal_binary
 from workers.worker import RunningWorker, running_worker
 from workflows.names import SEARCH_ATTRIBUTES
 
@@ -33,6 +33,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         search_attributes=SEARCH_ATTRIBUTES,
         data_converter=DATA_CONVERTER,
         dev_server_log_level="error",
+        dev_server_extra_args=list(QUEUE_TUNING),
     )
     try:
         yield env

@@ -25,7 +25,7 @@ from typing import Any
 import temporalio.api.common.v1
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.common import TypedSearchAttributes
 from temporalio.contrib.aws.s3driver import S3StorageDriver
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
 from temporalio.converter import (
@@ -44,7 +44,7 @@ from workers.codec import EncryptionCodec
 from workers.config import Settings
 from workflows import names
 from workflows.group import GroupInput, GroupResult, GroupRolloutWorkflow, RolloutOptions
-from workflows.rollout import RolloutInput, RolloutResult, RolloutWorkflow
+from workflows.rollout import RolloutInput, RolloutResult, RolloutWorkflow, initial_search_attributes
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -137,19 +137,12 @@ async def start_rollout(
     workflow_id: str | None = None,
 ) -> WorkflowHandle[Any, RolloutResult]:
     """Start a RolloutWorkflow; search attributes are set at start so the UI can filter at once."""
-    attrs: list[SearchAttributePair[Any]] = [
-        SearchAttributePair(names.SA_ENV, input.env),
-        SearchAttributePair(names.SA_MODEL, input.model.model or "default"),
-        SearchAttributePair(names.SA_STATUS, "running"),
-    ]
-    if input.batch_id:
-        attrs.append(SearchAttributePair(names.SA_BATCH, input.batch_id))
     return await client.start_workflow(
         RolloutWorkflow.run,
         input,
         id=workflow_id or rollout_id_for(input.task.id),
         task_queue=task_queue,
-        search_attributes=TypedSearchAttributes(attrs),
+        search_attributes=TypedSearchAttributes(initial_search_attributes(input)),
         memo={"task_id": input.task.id},
         static_summary=f"{input.env} rollout of task {input.task.id}",
     )

@@ -68,9 +68,10 @@ class Settings(BaseSettings):
     max_concurrent_local_activities: int = 256
     """Local activity slots per worker: model turns run as local activities in the worker that
     runs the rollout's workflow."""
-    max_concurrent_workflow_tasks: int = 64
-    """Workflow task slots per worker. A workflow task stays open while its model turn (a local
-    activity) runs, so this bounds how many of this worker's rollouts can be generating at once."""
+    max_concurrent_workflow_tasks: int = 256
+    """Workflow task slots per worker. A workflow task stays open while a local-activity model turn
+    (`ModelConfig.local_activity`) runs, so this also bounds how many of this worker's rollouts can
+    be generating that way at once."""
     workflow_threads: int | None = None
     """Threads that run workflow activations (None: one per workflow task slot, the SDK default)."""
     max_cached_workflows: int = 1000

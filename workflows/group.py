@@ -18,7 +18,7 @@ import math
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, TypedSearchAttributes
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
@@ -33,7 +33,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows import names
     from workflows.activity_calls import describe, error_type, execute
     from workflows.judging import JudgeConfig
-    from workflows.rollout import MAX_NAME_CHARS, RetrySettings, RolloutInput, RolloutLimits, RolloutWorkflow
+    from workflows.rollout import (
+        MAX_NAME_CHARS,
+        RetrySettings,
+        RolloutInput,
+        RolloutLimits,
+        RolloutWorkflow,
+        initial_search_attributes,
+    )
 
 
 class GroupInput(Wire):
@@ -153,7 +160,12 @@ async def run_child(rollout: RolloutInput, child_id: str) -> Trajectory:
     """Run one rollout as a child; invalid input fails the parent, other child failures are data."""
     try:
         return await workflow.execute_child_workflow(
-            RolloutWorkflow.run, rollout, id=child_id, retry_policy=CHILD_RETRY
+            RolloutWorkflow.run,
+            rollout,
+            id=child_id,
+            retry_policy=CHILD_RETRY,
+            search_attributes=TypedSearchAttributes(initial_search_attributes(rollout)),
+            memo={"task_id": rollout.task.id},
         )
     except ChildWorkflowError as exc:
         cause = exc.cause

@@ -26,10 +26,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, SearchAttributePair
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -117,6 +117,9 @@ INIT_TIMEOUT = timedelta(minutes=2)
 REWARD_TIMEOUT = timedelta(minutes=10)
 RELEASE_TIMEOUT = timedelta(seconds=30)
 ENV_HEARTBEAT = timedelta(seconds=30)
+MODEL_HEARTBEAT = timedelta(seconds=30)
+"""Generations heartbeat every 10 s once they have run that long (activities.model): quick turns
+never send one."""
 
 
 class _Stop(Exception):
@@ -126,6 +129,18 @@ class _Stop(Exception):
         super().__init__(message or reason.value)
         self.reason = reason
         self.message = message
+
+
+def initial_search_attributes(input: RolloutInput) -> list[SearchAttributePair[Any]]:
+    """GymflowEnv / GymflowModel / GymflowStatus=running (/ GymflowBatch) of a starting rollout."""
+    pairs: list[SearchAttributePair[Any]] = [
+        SearchAttributePair(names.SA_ENV, input.env),
+        SearchAttributePair(names.SA_MODEL, input.model.model or "default"),
+        SearchAttributePair(names.SA_STATUS, "running"),
+    ]
+    if input.batch_id:
+        pairs.append(SearchAttributePair(names.SA_BATCH, input.batch_id))
+    return pairs
 
 
 @workflow.defn(name=names.ROLLOUT_WORKFLOW)
@@ -154,17 +169,19 @@ class RolloutWorkflow:
     async def run(self, input: RolloutInput) -> RolloutResult:
         self._input = input
         self._rollout_id = input.rollout_id or workflow.info().workflow_id
-        model_name = input.model.model or "default"
-        workflow.upsert_search_attributes(
-            [
-                names.SA_ENV.value_set(input.env),
-                names.SA_MODEL.value_set(model_name),
-                names.SA_STATUS.value_set("running"),
-                *([names.SA_BATCH.value_set(input.batch_id)] if input.batch_id else []),
-            ]
-        )
-        workflow.upsert_memo({"task_id": input.task.id})
         self._plan_2 = workflow.patched(ROLLOUT_PLAN_2)
+        # Starters that set these already (the SDK, parent workflows) save the history events and
+        # the visibility writes; a plain `temporal workflow start` gets them here.
+        present = workflow.info().typed_search_attributes
+        missing = [
+            pair.key.value_set(pair.value)
+            for pair in initial_search_attributes(input)
+            if not self._plan_2 or present.get(pair.key) != pair.value
+        ]
+        if missing:
+            workflow.upsert_search_attributes(missing)
+        if not self._plan_2 or workflow.memo_value("task_id", None, type_hint=str) != input.task.id:
+            workflow.upsert_memo({"task_id": input.task.id})
         reward: Reward | None = None
         try:
             try:
@@ -236,6 +253,7 @@ class RolloutWorkflow:
     async def _generate(self) -> GenerateResult:
         input = self._input
         assert self._handle is not None
+        local = self._plan_2 and input.model.local_activity
         try:
             return await execute(
                 ModelActivities.generate,
@@ -246,8 +264,11 @@ class RolloutWorkflow:
                     rollout_id=self._rollout_id,
                     turn=self._turns,
                 ),
-                local=self._plan_2 and input.model.local_activity,
+                local=local,
                 start_to_close_timeout=timedelta(seconds=input.model.request_timeout_s + 30),
+                # A worker that dies mid-generation is noticed within this, not after request_timeout_s
+                # (a local turn is the workflow task's: its timeout notices the dead worker instead).
+                **({} if local else {"heartbeat_timeout": MODEL_HEARTBEAT}),
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=1),
                     maximum_interval=timedelta(seconds=30),
