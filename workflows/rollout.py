@@ -116,10 +116,12 @@ ROLLOUT_PLAN_2 = "rollout-plan-2"
 INIT_TIMEOUT = timedelta(minutes=2)
 REWARD_TIMEOUT = timedelta(minutes=10)
 RELEASE_TIMEOUT = timedelta(seconds=30)
-ENV_HEARTBEAT = timedelta(seconds=30)
-MODEL_HEARTBEAT = timedelta(seconds=30)
-"""Generations heartbeat every 10 s once they have run that long (activities.model): quick turns
-never send one."""
+ENV_HEARTBEAT = timedelta(seconds=10)
+"""Env activities heartbeat every ~3 s while they run (activities.env), so the loss of the worker
+running one is noticed within this; a tool that is slow but alive keeps its activity open."""
+MODEL_HEARTBEAT = timedelta(seconds=10)
+"""Generations heartbeat every ~3 s once they have run that long (activities.model): quick turns
+never send one, and a worker killed mid-generation is noticed within this."""
 
 
 class _Stop(Exception):

@@ -43,7 +43,8 @@ class HangingPolicy(Policy):
 
     def __init__(self, worker: RunningWorker) -> None:
         self.env = worker.env.env("counter-replayable")
-        self.hung: dict[str, int] = {}
+        self.hung: dict[str, tuple[int, str | None]] = {}
+        """Task -> (pid, start time) of the server that hangs."""
         self.killed_in_time: set[str] = set()
 
     def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
@@ -52,8 +53,9 @@ class HangingPolicy(Policy):
         done = sum(m.role == "assistant" for m in messages)
         if done == 1:  # about to hang: note whose server will be stuck
             (key,) = [k for k in self.env.live_rollouts() if k.startswith(f"rollout-{task}-") and k.endswith("#0")]
-            self.hung[task] = self.env.server_pids(key)["counter"] or 0
-        if done == 2 and gone(self.hung[task]):
+            pid = self.env.server_pids(key)["counter"] or 0
+            self.hung[task] = (pid, started(pid))
+        if done == 2 and gone(*self.hung[task]):
             self.killed_in_time.add(task)
         script = [
             ToolCall(id="c0", name="increment", arguments={"by": 2}),
@@ -65,11 +67,25 @@ class HangingPolicy(Policy):
         return Message(role="assistant", content="5")
 
 
-def gone(pid: int) -> bool:
+def stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (state first), None if there is no such process."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def started(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot: with the pid, it names one process."""
+    fields = stat_fields(pid)
+    return fields[19] if fields else None
+
+
+def gone(pid: int, start: str | None) -> bool:
+    """Dead (or a zombie) — a pid can be reused quickly where pid_max is 32768, so a live process
+    with another start time is a different process."""
+    fields = stat_fields(pid)
+    return fields is None or fields[0] == "Z" or fields[19] != start
 
 
 async def test_hung_tools_become_error_observations_and_rollouts_go_on(client: Client, tmp_path: Path) -> None:
