@@ -17,8 +17,9 @@ next tool call — one server round trip per turn instead of two, and the conver
 activity's input) never enters history. It is off by default because a local activity holds a
 workflow task slot for the whole generation and a worker's graceful shutdown waits for (and the
 SDK re-runs) in-flight local turns: fine for turns of a few seconds, wrong for long generations.
-Both changes sit behind the `ROLLOUT_PLAN_2` patch: histories written before it replay on the
-old plan.
+Starters (the SDK, parent workflows) set the initial search attributes and memo, so the workflow
+upserts only what is missing. All three sit behind the `ROLLOUT_PLAN_2` patch: histories written
+before it replay on the old plan.
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ RolloutResult = Trajectory
 
 T = TypeVar("T")
 ROLLOUT_PLAN_2 = "rollout-plan-2"
-"""Patch id: release folded into a successful compute_reward; model turns as local activities if asked."""
+"""Patch id: release folded into a successful compute_reward, only the start search attributes and
+memo the starter did not set are upserted, model turns as local activities if asked."""
 INIT_TIMEOUT = timedelta(minutes=2)
 REWARD_TIMEOUT = timedelta(minutes=10)
 RELEASE_TIMEOUT = timedelta(seconds=30)
