@@ -25,6 +25,7 @@ before it replay on the old plan.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -189,7 +190,7 @@ class RolloutWorkflow:
         reward: Reward | None = None
         try:
             try:
-                self._handle = await self._init(incarnation=0)
+                self._handle = await self._init_held(incarnation=0)
                 self._rubric = input.judge.rubric if input.judge and input.judge.rubric else self._handle.rubric
                 self._messages = [Message(role="system", content=self._handle.system_prompt)]
                 self._messages += input.task.opening_messages()
@@ -306,6 +307,24 @@ class RolloutWorkflow:
         return Message(role="tool", content=result.text, tool_call_id=call.id, name=call.name, is_error=result.is_error)
 
     # -- env activities ----------------------------------------------------------------------
+    async def _init_held(self, incarnation: int) -> RolloutHandle:
+        """`_init`, finished even when the rollout is cancelled meanwhile.
+
+        Cancelling the init activity does not undo it: the node may already hold the rollout's
+        servers, or finish starting them, and only a handle lets the `finally` of `run` release them
+        (without one they would live until that worker exits). So the init is shielded from the
+        cancellation, awaited to its end, and its handle kept before the cancellation goes on.
+        """
+        if not self._plan_2:
+            return await self._init(incarnation)
+        init = asyncio.ensure_future(self._init(incarnation))
+        try:
+            return await asyncio.shield(init)
+        except asyncio.CancelledError:
+            with contextlib.suppress(_Stop, ApplicationError):  # a failed init holds nothing
+                self._handle = await init
+            raise
+
     async def _init(self, incarnation: int) -> RolloutHandle:
         input = self._input
         try:
@@ -418,7 +437,7 @@ class RolloutWorkflow:
         workflow.logger.warning("rollout %s lost its env (%s); recovering", self._rollout_id, lost)
         if not timed_out(cause):  # the node is alive, only the state is gone: free what is left
             await self._release()
-        self._handle = await self._init(incarnation=self._recoveries)
+        self._handle = await self._init_held(incarnation=self._recoveries)
         if handle.replayable and not handle.stateless:
             await self._replay()
 

@@ -10,10 +10,12 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.logging import RichHandler
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 
 from activities.model import ModelConfig
@@ -21,7 +23,8 @@ from envs.contract import Message, Task, TerminationReason
 from envs.math.data import generate_tasks
 from envs.math.policy import CalculatorPolicy
 from envs.mcp.env import McpEnv
-from support import ScriptedPolicy, call, play
+from envs.registry import register
+from support import CounterEnv, ScriptedPolicy, call, play
 from workers.client import start_rollout
 from workers.policy_server import PolicyServer
 from workers.worker import RunningWorker
@@ -180,3 +183,61 @@ async def test_cancelled_rollout_releases_its_server(client: Client, worker: Run
     assert pid is not None and await process_gone(pid, timeout_s=10)
     described = await handle.describe()
     assert described.typed_search_attributes.get(SA_STATUS) == "cancelled"
+
+
+CANCEL_REQUESTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED
+WFT_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+
+
+class GatedInitCounterEnv(CounterEnv):
+    """The counter whose init holds its server, then waits for the test to let it finish."""
+
+    name = "counter-gated-init"
+    started = asyncio.Event()
+    gate = asyncio.Event()
+
+    async def init_rollout(self, rollout_id: str, **init_args: Any) -> None:
+        await super().init_rollout(rollout_id, **init_args)
+        type(self).started.set()
+        await type(self).gate.wait()
+
+
+register(GatedInitCounterEnv.name, GatedInitCounterEnv)
+
+
+async def test_rollout_cancelled_during_init_releases_what_the_init_started(
+    client: Client, worker: RunningWorker
+) -> None:
+    """Cancelling the init activity does not undo it: the servers it started must still be released."""
+    GatedInitCounterEnv.started, GatedInitCounterEnv.gate = asyncio.Event(), asyncio.Event()
+    env = worker.env.env("counter-gated-init")
+    assert isinstance(env, McpEnv)
+    handle = await start_rollout(
+        client,
+        RolloutInput(
+            env="counter-gated-init", task=Task(id="t", prompt="p"), model=ModelConfig(base_url="http://127.0.0.1:9/v1")
+        ),
+        task_queue=worker.task_queue,
+    )
+    await asyncio.wait_for(GatedInitCounterEnv.started.wait(), timeout=30)
+    (rollout,) = env.live_rollouts()
+    pid = env.server_pids(rollout)["counter"]
+    await handle.cancel()
+    await cancel_seen(handle)  # the workflow has handled the cancel while the init is still running
+    GatedInitCounterEnv.gate.set()
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    assert isinstance(info.value.cause, CancelledError)
+    assert env.live_rollouts() == []
+    assert pid is not None and await process_gone(pid, timeout_s=10)
+
+
+async def cancel_seen(handle: WorkflowHandle[Any, Any], timeout_s: float = 30) -> None:
+    """Until a workflow task has completed after the cancel request (the workflow acted on it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        types = [e.event_type for e in (await handle.fetch_history()).events]
+        if CANCEL_REQUESTED in types and WFT_COMPLETED in types[types.index(CANCEL_REQUESTED) :]:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the workflow never handled the cancel request")
