@@ -155,6 +155,16 @@ class Fleet:
         return process.poll() is None and start_time(process.pid) is not None
 
 
+def fleet_spec(tmp_path: Path, address: str, queue: str, nodes: int = 2) -> launcher.FleetSpec:
+    """A local fleet of `nodes` worker processes on `queue`, with their files under `tmp_path`."""
+    return launcher.FleetSpec(
+        nodes=nodes,
+        temporal_address=address,
+        task_queue=queue,
+        env={"GYMFLOW_WORKSPACE_ROOT": str(tmp_path / "ws"), "GYMFLOW_DATA_DIR": str(tmp_path / "data")},
+    )
+
+
 @contextlib.contextmanager
 def fleet(spec: launcher.FleetSpec, data_dir: Path) -> Iterator[Fleet]:
     running = Fleet(spec, data_dir)

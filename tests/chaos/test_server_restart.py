@@ -14,14 +14,13 @@ from typing import TypeVar
 import figures
 import leaks
 import pytest
-from chaos_support import CountingPolicy, counting_env_file, counting_tasks, executions, fleet
+from chaos_support import CountingPolicy, counting_env_file, counting_tasks, executions, fleet, fleet_spec
 from mcp_support import node_ids, wait_polling
 from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.model import ModelConfig
 from activities.storage import read_trajectories
-from deploy import launcher
 from envs.mcp.http import free_port
 from workers import server as embedded
 from workers.client import connect
@@ -58,12 +57,7 @@ async def test_batch_completes_across_a_server_restart(tmp_path: Path) -> None:
         client: Client = await embedded.wait_until_reachable(lambda: connect(address), timeout_s=60)
         log = tmp_path / "executions.jsonl"
         queue = f"chaos-{uuid.uuid4().hex[:8]}"
-        spec = launcher.FleetSpec(
-            nodes=2,
-            temporal_address=address,
-            task_queue=queue,
-            env={"GYMFLOW_WORKSPACE_ROOT": str(tmp_path / "ws"), "GYMFLOW_DATA_DIR": str(tmp_path / "data")},
-        )
+        spec = fleet_spec(tmp_path, address, queue)
         async with PolicyServer(CountingPolicy()) as policy:
             with fleet(spec, tmp_path / "fleet") as workers:
                 await wait_polling(client, [node_queue(queue, node) for node in node_ids(2)])

@@ -26,13 +26,13 @@ from chaos_support import (
     counting_tasks,
     executions,
     fleet,
+    fleet_spec,
 )
 from mcp_support import node_ids, wait_polling
 from temporalio.client import Client, WorkflowHandle
 
 from activities.model import ModelConfig
 from activities.storage import read_trajectories
-from deploy import launcher
 from workers.policy_server import PolicyServer
 from workflows.group import BatchInput, BatchResult, BatchRolloutWorkflow, RolloutOptions
 from workflows.names import node_queue
@@ -56,12 +56,7 @@ async def test_batch_survives_three_kill_9s_of_a_worker(client: Client, temporal
     log = tmp_path / "executions.jsonl"
     env_file = counting_env_file(tmp_path, log)
     queue = f"chaos-{uuid.uuid4().hex[:8]}"
-    spec = launcher.FleetSpec(
-        nodes=2,
-        temporal_address=temporal_address,
-        task_queue=queue,
-        env={"GYMFLOW_WORKSPACE_ROOT": str(tmp_path / "ws"), "GYMFLOW_DATA_DIR": str(tmp_path / "data")},
-    )
+    spec = fleet_spec(tmp_path, temporal_address, queue)
     tasks = counting_tasks(ROLLOUTS, STEPS)
     batch_id = f"chaos-kill-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
