@@ -4,7 +4,7 @@ chat endpoint (vLLM, SGLang, OpenAI, a proxy).
 `JudgeActivities` renders the prompt and parses the reply with the pure half of the judge
 (`envs.rewards.judge`), so what is sent and how the reply is read are the same code a test or
 a workflow can run. The HTTP half is `activities.model.ChatEndpoint`, shared with the model
-activity: one owned httpx client with retries off (Temporal's RetryPolicy is the only retry
+activity: one owned aiohttp session that never retries (Temporal's RetryPolicy is the only retry
 loop), the API key from worker configuration (never from input, scrubbed from errors), and the
 same failure mapping under the judge's own error types (`activities.errors`):
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
+import aiohttp
 from pydantic import Field
 from temporalio import activity
 
@@ -109,7 +109,7 @@ class JudgeActivities:
         default_base_url: str | None,
         default_model: str = "",
         api_key: str | None = None,
-        http: httpx.AsyncClient | None = None,
+        http: aiohttp.ClientSession | None = None,
     ) -> None:
         self._default_base_url = default_base_url
         self._default_model = default_model

@@ -2,9 +2,9 @@
 
 This is what benchmax and verifiers do: one coroutine per rollout that calls the model over
 HTTP, runs the tools in-process and scores the result. It renders and parses the chat exactly as
-the `generate` activity does (`envs.chat`, `activities.model.chat_body`), uses an httpx client
-configured like the activity's, and applies the same tool timeout and output bound, so the only
-thing gymflow adds on top of it is orchestration.
+the `generate` activity does (`envs.chat`, `activities.model.chat_body`), posts through the
+activity's own HTTP client (`activities.model.ChatEndpoint`), and applies the same tool timeout
+and output bound, so the only thing gymflow adds on top of it is orchestration.
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import httpx
-
 from activities.env import truncate
-from activities.model import ModelConfig, chat_body
+from activities.model import MODEL_ENDPOINT, ChatEndpoint, ModelConfig, chat_body
 from envs import chat
 from envs.contract import BaseEnv, Message, Task, ToolResult
 
@@ -27,13 +25,10 @@ class DirectRunner:
         self.env = env
         self.max_turns = max_turns
         self.tool_timeout_s = tool_timeout_s
-        self.http = httpx.AsyncClient(
-            transport=httpx.AsyncHTTPTransport(retries=0),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-        )
+        self.endpoint = ChatEndpoint(errors=MODEL_ENDPOINT)
 
     async def aclose(self) -> None:
-        await self.http.aclose()
+        await self.endpoint.aclose()
 
     async def rollout(self, task: Task, model: ModelConfig) -> list[Message]:
         """One rollout; returns the conversation (the reward is computed and dropped, as a trainer would keep it)."""
@@ -49,12 +44,8 @@ class DirectRunner:
                     chat.render_messages(messages, tools, model.tool_format),
                     tools=chat.render_tools(tools, model.tool_format),
                 )
-                assert model.base_url is not None
-                response = await self.http.post(
-                    model.base_url.rstrip("/") + "/chat/completions", json=body, timeout=model.request_timeout_s
-                )
-                response.raise_for_status()
-                wire = response.json()["choices"][0]["message"]
+                completion = await self.endpoint.complete(model.base_url, body, timeout_s=model.request_timeout_s)
+                wire = completion["choices"][0]["message"]
                 reply = chat.parse_assistant_message(wire, model.tool_format, id_prefix=f"call_{turn}")
                 messages.append(reply)
                 if not reply.tool_calls:

@@ -230,7 +230,15 @@ async def test_closed_port_is_retryable(model: ModelActivities) -> None:
     assert not error.non_retryable
 
 
-@pytest.mark.parametrize("base_url", [None, "localhost:8000/v1"])
+async def test_request_timeout_is_retryable(model: ModelActivities, faults: tuple[Faults, str]) -> None:
+    app, root = faults
+    app.release.clear()  # the slow server never answers
+    error = await _failure(model, _input(f"{root}/slow/v1", request_timeout_s=0.2))
+    assert (error.type, error.non_retryable) == (MODEL_ERROR, False)
+    assert "TimeoutError" in error.message
+
+
+@pytest.mark.parametrize("base_url", [None, "localhost:8000/v1", "ftp://host/v1", "http:///v1"])
 async def test_missing_or_invalid_endpoint(model: ModelActivities, base_url: str | None) -> None:
     error = await _failure(model, _input(base_url))
     assert error.type == MODEL_REJECTED
