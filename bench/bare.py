@@ -2,18 +2,23 @@
 
 `BareRolloutWorkflow` schedules the same activities as a gymflow rollout, on the same queues
 (init and model turns on the shared queue, tool calls and the end of the rollout on the node queue
-that init returns), but each activity returns at once with a few bytes and the workflow keeps no
+that init returns; model turns as local activities when gymflow's are), but each activity returns
+a few bytes after the scenario's model or tool latency (none in (a) and (b)) and the workflow keeps no
 transcript. Run by a worker with gymflow's worker settings (`workers.worker.worker_tuning`) on
 the same server, it is the throughput and latency floor that gymflow's orchestration can approach.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.names import SA_REWARD, SA_STATUS
 
 BARE_WORKFLOW = "BenchBareWorkflow"
 TIMEOUT = timedelta(seconds=60)
@@ -26,8 +31,27 @@ class BareInput:
     """Model turns with one tool call each; one more model turn ends the rollout."""
     local_model: bool = False
     """Model turns as local activities."""
-    finish_in_one: bool = False
-    """Reward and release in one activity."""
+    finish_in_one: bool = True
+    """Reward and release in one activity, as gymflow's rollout does (plan 2)."""
+    model_delay_s: float = 0.0
+    """Seconds each model turn sleeps (scenario (c): the model's latency)."""
+    tool_delay_s: float = 0.0
+    """Seconds each tool call sleeps."""
+    patch: bool = False
+    """Call `workflow.patched` once, as RolloutWorkflow does (a marker and a TemporalChangeVersion
+    upsert); `bench.server_cost` measures what each of these extras costs the server."""
+    finish_upserts: bool = False
+    """Upsert a status and a reward search attribute and a memo field at the end, as RolloutWorkflow does."""
+    pad_bytes: int = 0
+    """Bytes added to every activity's input per turn so far (RolloutWorkflow's model turns carry the
+    whole conversation, so its history grows quadratically with the turns)."""
+
+
+@dataclass
+class BareStep:
+    turn: int
+    delay_s: float = 0.0
+    pad: str = ""
 
 
 class BareActivities:
@@ -41,12 +65,16 @@ class BareActivities:
         return self.node_queue
 
     @activity.defn(name="bare_generate")
-    async def generate(self, turn: int) -> str:
-        return f"turn {turn}"
+    async def generate(self, step: BareStep) -> str:
+        if step.delay_s:
+            await asyncio.sleep(step.delay_s)
+        return f"turn {step.turn}"
 
     @activity.defn(name="bare_call_tool")
-    async def call_tool(self, turn: int) -> str:
-        return f"step {turn} done"
+    async def call_tool(self, step: BareStep) -> str:
+        if step.delay_s:
+            await asyncio.sleep(step.delay_s)
+        return f"step {step.turn} done"
 
     @activity.defn(name="bare_reward")
     async def reward(self, rollout_id: str) -> float:
@@ -62,25 +90,36 @@ class BareRolloutWorkflow:
     @workflow.run
     async def run(self, input: BareInput) -> float:
         rollout_id = workflow.info().workflow_id
+        if input.patch:
+            workflow.patched("bench-patch")
         node = await workflow.execute_activity_method(
             BareActivities.init, rollout_id, start_to_close_timeout=TIMEOUT, retry_policy=RETRY
         )
         for turn in range(input.tool_turns + 1):
+            pad = "x" * (input.pad_bytes * turn)
+            generate = BareStep(turn, input.model_delay_s, pad)
             if input.local_model:
                 await workflow.execute_local_activity_method(
-                    BareActivities.generate, turn, start_to_close_timeout=TIMEOUT, retry_policy=RETRY
+                    BareActivities.generate, generate, start_to_close_timeout=TIMEOUT, retry_policy=RETRY
                 )
             else:
                 await workflow.execute_activity_method(
-                    BareActivities.generate, turn, start_to_close_timeout=TIMEOUT, retry_policy=RETRY
+                    BareActivities.generate, generate, start_to_close_timeout=TIMEOUT, retry_policy=RETRY
                 )
             if turn < input.tool_turns:
                 await workflow.execute_activity_method(
-                    BareActivities.call_tool, turn, task_queue=node, start_to_close_timeout=TIMEOUT, retry_policy=RETRY
+                    BareActivities.call_tool,
+                    BareStep(turn, input.tool_delay_s, pad),
+                    task_queue=node,
+                    start_to_close_timeout=TIMEOUT,
+                    retry_policy=RETRY,
                 )
         reward = await workflow.execute_activity_method(
             BareActivities.reward, rollout_id, task_queue=node, start_to_close_timeout=TIMEOUT, retry_policy=RETRY
         )
+        if input.finish_upserts:
+            workflow.upsert_search_attributes([SA_STATUS.value_set("completed"), SA_REWARD.value_set(reward)])
+            workflow.upsert_memo({"termination": "final_answer"})
         if input.finish_in_one:
             return reward
         await workflow.execute_activity_method(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.scenarios import BARE, DIRECT
+from bench.scenarios import BARE, BARE_LOCAL, DIRECT
 
 TARGETS = {
     "a": "<= 10 ms p50 added per activity (gymflow vs direct)",
@@ -32,8 +32,12 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         ratio = scenarios["b"]["runners"][label]["vs_bare"]
         out["b"] = {"target": TARGETS["b"], "reached": f"{ratio}x", "met": ratio is not None and ratio >= 0.8}
     if "c" in scenarios and label:
-        ratio = scenarios["c"]["runners"][label]["vs_direct"]
-        out["c"] = {"target": TARGETS["c"], "reached": f"{ratio}x", "met": ratio <= 1.10}
+        rows = scenarios["c"]["runners"]
+        ratio = rows[label]["vs_direct"]
+        reached = f"{ratio}x"
+        if BARE in rows:  # what the bare-Temporal plan itself reaches on the same machine
+            reached += f" (bare Temporal, same plan: {rows[BARE]['vs_direct']}x)"
+        out["c"] = {"target": TARGETS["c"], "reached": reached, "met": ratio <= 1.10}
     if "d" in scenarios:
         s = scenarios["d"]["summary"]
         met = s["servers_held"] >= 200 and s["all_answered"] and s["warm_p50_ms"] <= 50
@@ -58,14 +62,16 @@ def summary_table(report: dict[str, Any]) -> str:
         for label, row in b["runners"].items():
             rows.append(
                 f"| (b) {b['concurrency']} concurrent, {b['tool_turns']} tool turns | {label} | "
-                f"{row['steps_per_s']} activity-steps/s ({row['vs_bare']}x bare) |"
+                f"{row['steps_per_s']} activity-steps/s ({row['vs_bare']}x bare, "
+                f"{row.get('vs_bare_same_plan')}x bare with the same plan) |"
             )
     if "c" in s:
         c = s["c"]
         for label, row in c["runners"].items():
             rows.append(
                 f"| (c) {c['concurrency']} at once, model {c['model_delay_s']} s, tool {c['tool_delay_s']} s, "
-                f"{c['tool_turns']} tool turns | {label} | {row['wall_s']} s ({row['vs_direct']}x direct) |"
+                f"{c['tool_turns']} tool turns | {label} | {row['wall_s']} s ({row['vs_direct']}x direct, "
+                f"{row.get('vs_bare_same_plan')}x bare with the same plan) |"
             )
     if "d" in s:
         d = s["d"]["summary"]
@@ -92,7 +98,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     if not panels:
         return
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5), squeeze=False)
-    colors = {DIRECT: "tab:gray", BARE: "tab:blue"}
+    colors = {DIRECT: "tab:gray", BARE: "tab:blue", BARE_LOCAL: "tab:cyan"}
     for ax, key in zip(axes[0], panels, strict=True):
         rows = s[key]["runners"]
         labels = list(rows)

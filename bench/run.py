@@ -41,7 +41,7 @@ from bench import mcp_isolation  # noqa: E402
 from bench.direct import DirectRunner  # noqa: E402
 from bench.procs import Procs, load, start_policy, start_server, start_worker  # noqa: E402
 from bench.report import plot, summary_table, targets  # noqa: E402
-from bench.scenarios import BARE, DIRECT, LOCAL, Bench, Runner, light, realistic, saturation  # noqa: E402
+from bench.scenarios import BARE, BARE_LOCAL, DIRECT, LOCAL, Bench, Runner, light, realistic, saturation  # noqa: E402
 from bench.workload import BenchEnv  # noqa: E402
 from workers import client as sdk  # noqa: E402
 
@@ -84,7 +84,11 @@ async def start_runners(
 ) -> tuple[str, list[Runner]]:
     """Server, bare worker and one gymflow worker per variant; returns the server address and the runners."""
     address = await start_server(procs, work / "server", extra_args=args.server_arg)
-    runners = [Runner(DIRECT, DIRECT), Runner(BARE, BARE, "bench-bare")]
+    runners = [
+        Runner(DIRECT, DIRECT),
+        Runner(BARE, BARE, "bench-bare"),
+        Runner(BARE_LOCAL, BARE, "bench-bare", local_turns=True),
+    ]
     await start_worker(procs, BARE, mode="bare", address=address, task_queue="bench-bare")
     for label, ref, env in [parse_variant(v) for v in args.variant] or [("gymflow", None, {})]:
         code_root = None
@@ -128,8 +132,7 @@ async def run_scenarios(args: argparse.Namespace, sizes: dict[str, Any], report:
                 report["scenarios"]["b"] = await saturation(bench, runners, **sizes["b"])
                 print("(b)", json.dumps(report["scenarios"]["b"]["runners"]), flush=True)
             if "c" in args.only:
-                c_runners = [r for r in runners if r.kind != BARE]
-                report["scenarios"]["c"] = await realistic(bench, c_runners, **sizes["c"])
+                report["scenarios"]["c"] = await realistic(bench, runners, **sizes["c"])
                 print("(c)", json.dumps(report["scenarios"]["c"]["runners"]), flush=True)
         finally:
             await bench.direct.aclose()

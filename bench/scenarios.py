@@ -5,7 +5,11 @@ same run against the same server and endpoint, alternating between them so that 
 processes on the machine falls on all of them alike. A rollout's activity plan is counted as
 gymflow's original one, `2 * tool_turns + 4` activities (init, tool_turns + 1 model turns,
 tool_turns tool calls, reward, release), for every runner, so "activity-steps per second" is
-the same unit of rollout work whatever a runner does inside.
+the same unit of rollout work whatever a runner does inside (gymflow and the bare workflow now
+run 2 * tool_turns + 3: reward and release are one activity).
+
+Each gymflow runner has a bare-Temporal runner with the same plan (`ceiling`): `bare` for model
+turns as regular activities, `bare+local` for model turns as local activities.
 """
 
 from __future__ import annotations
@@ -28,12 +32,19 @@ from bench.direct import DirectRunner
 from bench.procs import Procs, measured, profiled
 from bench.workload import ENV_NAME, bench_task, endpoint
 from workers.client import run_rollout
-from workflows.rollout import RolloutInput, RolloutLimits
+from workflows.schema import RolloutInput, RolloutLimits
 
 DIRECT = "direct"
 BARE = "bare"
+BARE_LOCAL = "bare+local"
+"""The bare workflow with model turns as local activities: the ceiling for gymflow's local turns."""
 LOCAL = "gymflow-local"
 """The gymflow worker, rollouts asking for model turns as local activities."""
+
+
+def ceiling(runner_label: str, local_turns: bool) -> str:
+    """The bare runner with the same activity plan as `runner_label`."""
+    return BARE_LOCAL if local_turns else BARE
 
 
 def activities(tool_turns: int) -> int:
@@ -55,7 +66,7 @@ class Runner:
     """``direct``, ``bare`` or ``gymflow``."""
     task_queue: str | None = None
     local_turns: bool = False
-    """gymflow with model turns as local activities (`ModelConfig.local_activity`)."""
+    """Model turns as local activities (gymflow: `ModelConfig.local_activity`; bare: `BareInput.local_model`)."""
 
 
 @dataclass
@@ -76,9 +87,10 @@ class Bench:
             messages = await self.direct.rollout(task, model)
             ok = messages[-1].content == f"<answer>{tool_turns}</answer>"
         elif runner.kind == BARE:
+            plan = BareInput(tool_turns, local_model=runner.local_turns, model_delay_s=model_s, tool_delay_s=tool_s)
             await self.client.execute_workflow(
                 BARE_WORKFLOW,
-                BareInput(tool_turns=tool_turns),
+                plan,
                 id=f"bare-{uuid.uuid4().hex}",
                 task_queue=runner.task_queue or "",
             )
@@ -155,8 +167,11 @@ async def side_by_side(
 ) -> dict[str, list[dict[str, Any]]]:
     """`run` each runner `repeats` times, alternating; wall, CPU, load and endpoint connections of each."""
     results: dict[str, list[dict[str, Any]]] = {r.label: [] for r in runners}
-    for _ in range(repeats):
-        for runner in runners:
+    for repeat in range(repeats):
+        # Each repeat starts one runner later: the server's database grows during a run, and a fixed
+        # order would hand the same runners the larger database every time.
+        shift = repeat % len(runners)
+        for runner in [*runners[shift:], *runners[:shift]]:
             await bench.endpoint_stats(reset=True)
             spy = bench.profile.pop(runner.label, None)  # the first run of a runner only
             with profiled(bench.procs.pids.get(runner.label), spy), measured(bench.procs) as record:
@@ -185,8 +200,11 @@ async def saturation(
         rates = [steps / r["batch_wall_s"] for r in records]
         rows[label] = {"steps_per_s": round(max(rates), 1), "steps_per_s_all": [round(x, 1) for x in rates]}
     bare = rows.get(BARE, {}).get("steps_per_s")
-    for row in rows.values():
+    local_by_label = {r.label: r.local_turns for r in runners}
+    for label, row in rows.items():
         row["vs_bare"] = round(row["steps_per_s"] / bare, 3) if bare else None
+        same = rows.get(ceiling(label, local_by_label[label]), {}).get("steps_per_s")
+        row["vs_bare_same_plan"] = round(row["steps_per_s"] / same, 3) if same else None
     return {
         "tool_turns": tool_turns,
         "concurrency": concurrency,
@@ -223,8 +241,11 @@ async def realistic(
     raw = await side_by_side(bench, runners, repeats=repeats, run=run)
     rows = {label: {"wall_s": round(min(r["batch_wall_s"] for r in records), 2)} for label, records in raw.items()}
     direct = rows[DIRECT]["wall_s"]
-    for row in rows.values():
+    local_by_label = {r.label: r.local_turns for r in runners}
+    for label, row in rows.items():
         row["vs_direct"] = round(row["wall_s"] / direct, 3)
+        same = rows.get(ceiling(label, local_by_label[label]), {}).get("wall_s")
+        row["vs_bare_same_plan"] = round(row["wall_s"] / same, 3) if same else None
     return {
         "tool_turns": tool_turns,
         "model_calls_per_rollout": tool_turns + 1,

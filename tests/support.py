@@ -24,7 +24,7 @@ from workers.client import run_rollout
 from workers.config import Settings
 from workers.policy_server import PolicyServer
 from workers.worker import RunningWorker
-from workflows.rollout import RolloutInput, RolloutResult
+from workflows.schema import RolloutInput, RolloutResult
 
 
 def make_settings(tmp_path: Path, **overrides: object) -> Settings:

@@ -43,8 +43,16 @@ from envs.contract import Task
 from workers.codec import EncryptionCodec
 from workers.config import Settings
 from workflows import names
-from workflows.group import GroupInput, GroupResult, GroupRolloutWorkflow, RolloutOptions
-from workflows.rollout import RolloutInput, RolloutResult, RolloutWorkflow, initial_search_attributes
+from workflows.group import GroupRolloutWorkflow
+from workflows.rollout import RolloutWorkflow
+from workflows.schema import (
+    GroupInput,
+    GroupResult,
+    RolloutInput,
+    RolloutOptions,
+    RolloutResult,
+    initial_search_attributes,
+)
 
 
 def describe_validation_error(exc: ValidationError) -> str:

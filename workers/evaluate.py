@@ -25,8 +25,8 @@ from workers.config import Settings
 from workers.report import write_report
 from workers.runner import connect_or_start, endpoint
 from workers.worker import running_worker
-from workflows.group import BatchInput, BatchResult, BatchRolloutWorkflow, RolloutOptions
-from workflows.rollout import RolloutLimits
+from workflows.group import BatchRolloutWorkflow
+from workflows.schema import BatchInput, BatchResult, RolloutLimits, RolloutOptions
 
 
 @dataclass

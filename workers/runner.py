@@ -27,7 +27,7 @@ from workers import server as embedded
 from workers.config import Settings
 from workers.policy_server import PolicyServer
 from workers.worker import running_worker
-from workflows.rollout import RolloutInput, RolloutLimits, RolloutResult
+from workflows.schema import RolloutInput, RolloutLimits, RolloutResult
 
 
 @dataclass

@@ -38,9 +38,14 @@ log = logging.getLogger(__name__)
 WORKFLOWS: list[type] = [RolloutWorkflow, GroupRolloutWorkflow, BatchRolloutWorkflow]
 
 # Modules the workflow sandbox shares with the host instead of re-importing per run: pydantic and
-# the wire types (heavy, and pure), and logging renderers that a host may have installed as log
-# handlers (rich imports lazily and touches os.getcwd, which the sandbox forbids).
-SANDBOX_PASSTHROUGH = ("pydantic", "pydantic_core", "annotated_types", "rich", "structlog", "envs", "activities")
+# the wire types (heavy, and pure), the workflows' pure helpers and input/result models (a model
+# re-imported per run is rebuilt, type adapter and all, for every rollout), and logging renderers
+# that a host may have installed as log handlers (rich imports lazily and touches os.getcwd, which
+# the sandbox forbids). Only the workflow classes' own modules are re-imported per run.
+SANDBOX_PASSTHROUGH = (
+    *("pydantic", "pydantic_core", "annotated_types", "rich", "structlog", "envs", "activities"),
+    *("workflows.schema", "workflows.names", "workflows.judging", "workflows.activity_calls"),
+)
 WORKFLOW_RUNNER = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
 )

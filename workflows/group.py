@@ -22,119 +22,23 @@ from temporalio.common import RetryPolicy, TypedSearchAttributes
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import Field
-
     from activities import errors
     from activities.env import EnvActivities, GroupRewardInput
-    from activities.model import ModelConfig
     from activities.storage import LoadTasksInput, StorageActivities, WriteJsonlInput
-    from envs.contract import Reward, Task, TerminationReason, Trajectory, Wire
+    from envs.contract import Reward, Task, TerminationReason, Trajectory
     from envs.rewards.group import group_advantages
     from workflows import names
     from workflows.activity_calls import describe, error_type, execute
-    from workflows.judging import JudgeConfig
-    from workflows.rollout import (
-        MAX_NAME_CHARS,
-        RetrySettings,
+    from workflows.rollout import RolloutWorkflow
+    from workflows.schema import (
+        BatchInput,
+        BatchResult,
+        BatchState,
+        GroupInput,
+        GroupResult,
         RolloutInput,
-        RolloutLimits,
-        RolloutWorkflow,
         initial_search_attributes,
     )
-
-
-class GroupInput(Wire):
-    """Input of GroupRolloutWorkflow."""
-
-    rollout: RolloutInput
-    """Template of every sample (env, task, model, limits); a model seed, if set, is offset per sample."""
-    n: int = Field(default=8, ge=1, le=512)
-    """Samples of the task."""
-    scale_by_std: bool = True
-    """GRPO advantages (r - mean) / std; False gives Dr. GRPO's unscaled r - mean."""
-    group_reward: bool = True
-    """Call the env's compute_group_reward and add its components to each sample's reward."""
-
-
-class GroupResult(Wire):
-    """The group, with rewards and advantages aligned to `trajectories`."""
-
-    task_id: str
-    trajectories: list[Trajectory]
-    rewards: list[float | None]
-    """Total reward per sample (None for infra-failed samples)."""
-    advantages: list[float | None]
-    """Advantage per sample (None for infra-failed samples)."""
-    mean_reward: float | None
-    infra_failed: int
-
-
-class RolloutOptions(Wire):
-    """What every rollout of a batch shares: the model, the budgets and the retry settings."""
-
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    limits: RolloutLimits = Field(default_factory=RolloutLimits)
-    retry: RetrySettings = Field(default_factory=RetrySettings)
-    judge: JudgeConfig | None = None
-    """LLM-judge settings (rubric rewards); None unless the env gives a rubric."""
-
-
-class BatchState(Wire):
-    """Progress carried across continue-as-new."""
-
-    next_index: int = 0
-    """Global index of the next rollout to start (task index * samples + sample)."""
-    finished: int = 0
-    """Rollouts finished (scored or infra-failed)."""
-    scored: int = 0
-    infra_failed: int = 0
-    reward_sum: float = 0.0
-    """Sum of the scored rewards, in completion order (deterministic under replay)."""
-    parts: list[str] = Field(default_factory=list)
-    """URIs of the JSONL parts written so far."""
-    runs: int = 0
-    """How many times the batch continued as new."""
-    exhausted: bool = False
-
-
-class BatchInput(Wire):
-    """Input of BatchRolloutWorkflow: tasks inline, or an env dataset read page by page."""
-
-    env: str = Field(max_length=MAX_NAME_CHARS)
-    tasks: list[Task] = Field(default_factory=list)
-    """Inline tasks (keep it small); or leave empty and name a `dataset`."""
-    dataset: str | None = None
-    """Dataset name or path understood by the env's `load_dataset`."""
-    dataset_options: dict[str, object] = Field(default_factory=dict)
-    num_tasks: int | None = Field(default=None, ge=1)
-    """Use at most this many tasks."""
-    samples_per_task: int = Field(default=1, ge=1, le=512)
-    options: RolloutOptions = Field(default_factory=RolloutOptions)
-    """Model, budgets and retries of every rollout."""
-    window: int = Field(default=64, ge=1, le=1000)
-    """Children in flight at most."""
-    destination: str | None = None
-    """Storage base URI for the JSONL parts (None: the worker's default store)."""
-    flush_bytes: int = Field(default=400_000, ge=1024, le=1_500_000)
-    """Write a JSONL part once buffered trajectories exceed this (under Temporal's 512 KB payload
-    warning and far under its 2 MB limit)."""
-    max_children_per_run: int = Field(default=400, ge=1)
-    """Continue as new after starting this many children in one run (bounds history size)."""
-    state: BatchState = Field(default_factory=BatchState)
-    """Internal: progress carried across continue-as-new. Leave empty."""
-
-
-class BatchResult(Wire):
-    """What a batch produced; the trajectories are in `parts`."""
-
-    batch_id: str
-    total: int
-    completed: int
-    infra_failed: int
-    mean_reward: float | None
-    parts: list[str]
-    """URIs of the JSONL parts holding every trajectory."""
-    runs: int
 
 
 CHILD_RETRY = RetryPolicy(maximum_attempts=1)

@@ -28,15 +28,13 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributePair
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import Field
-
     from activities import errors
     from activities.env import (
         CallToolInput,
@@ -46,71 +44,18 @@ with workflow.unsafe.imports_passed_through():
         ReleaseInput,
         RolloutHandle,
     )
-    from activities.model import GenerateInput, GenerateResult, ModelActivities, ModelConfig
-    from envs.contract import Message, Reward, Task, TerminationReason, ToolCall, ToolResult, Trajectory, Usage, Wire
+    from activities.model import GenerateInput, GenerateResult, ModelActivities
+    from envs.contract import Message, Reward, TerminationReason, ToolCall, ToolResult, Trajectory, Usage
     from envs.rewards.rubric import Rubric
     from workflows import judging, names
     from workflows.activity_calls import call_summary, describe, error_type, execute, node_lost, timed_out
     from workflows.judging import JudgeConfig
+    from workflows.schema import (
+        RolloutInput,
+        RolloutResult,
+        initial_search_attributes,
+    )
 
-
-MAX_ATTEMPTS = 1000
-"""Upper bound of retry attempts (Temporal's RetryPolicy holds an int32; nobody needs more)."""
-MAX_TIMEOUT_S = 7 * 24 * 3600.0
-"""Upper bound of any timeout in the input (a larger float overflows a protobuf Duration)."""
-MAX_NAME_CHARS = 512
-"""Env and model names become search attributes; the server refuses keywords over 2 KB."""
-
-
-class RolloutLimits(Wire):
-    """Budgets of one rollout."""
-
-    max_turns: int = Field(default=10, ge=1, le=1000)
-    """Model turns (generate calls) at most."""
-    max_tool_calls: int = Field(default=64, ge=0)
-    """Tool calls executed at most, over the whole rollout."""
-    max_context_tokens: int | None = Field(default=None, ge=1)
-    """Stop before a turn whose prompt would exceed this (None: rely on the endpoint's error)."""
-    max_output_tokens: int | None = Field(default=None, ge=1)
-    """Stop once the model has generated this many tokens in total."""
-    max_tool_output_chars: int = Field(default=16_000, ge=256)
-    """Tool output longer than this is truncated with a visible marker."""
-    tool_timeout_s: float = Field(default=60.0, gt=0, le=MAX_TIMEOUT_S)
-    """Time limit of one tool call; a timeout is an error observation."""
-
-
-class RetrySettings(Wire):
-    """How hard Temporal tries before a rollout is declared an infra failure."""
-
-    model_attempts: int = Field(default=5, ge=1, le=MAX_ATTEMPTS)
-    """Attempts per model turn (retryable errors only: connection, 408/409/429/5xx)."""
-    env_attempts: int = Field(default=3, ge=1, le=MAX_ATTEMPTS)
-    """Attempts per env activity."""
-    node_timeout_s: float = Field(default=60.0, gt=0, le=MAX_TIMEOUT_S)
-    """A node that has not picked up a rollout's activity within this is presumed lost."""
-    max_recoveries: int = Field(default=2, ge=0)
-    """Re-initialisations after node/server loss before giving up."""
-
-
-class RolloutInput(Wire):
-    """Input of RolloutWorkflow."""
-
-    env: str = Field(max_length=MAX_NAME_CHARS)
-    """Registered env name or env-file path (see `gymflow envs`); becomes the GymflowEnv search attribute."""
-    task: Task
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    limits: RolloutLimits = Field(default_factory=RolloutLimits)
-    retry: RetrySettings = Field(default_factory=RetrySettings)
-    rollout_id: str | None = None
-    """Default: the workflow id."""
-    batch_id: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
-    """Set by parent workflows; becomes the GymflowBatch search attribute."""
-    judge: JudgeConfig | None = None
-    """Have an LLM judge score the rollout (the rubric defaults to the env's)."""
-
-
-RolloutResult = Trajectory
-"""Result of RolloutWorkflow: the full trajectory with reward and termination."""
 
 T = TypeVar("T")
 ROLLOUT_PLAN_2 = "rollout-plan-2"
@@ -134,18 +79,6 @@ class _Stop(Exception):
         super().__init__(message or reason.value)
         self.reason = reason
         self.message = message
-
-
-def initial_search_attributes(input: RolloutInput) -> list[SearchAttributePair[Any]]:
-    """GymflowEnv / GymflowModel / GymflowStatus=running (/ GymflowBatch) of a starting rollout."""
-    pairs: list[SearchAttributePair[Any]] = [
-        SearchAttributePair(names.SA_ENV, input.env),
-        SearchAttributePair(names.SA_MODEL, input.model.model or "default"),
-        SearchAttributePair(names.SA_STATUS, "running"),
-    ]
-    if input.batch_id:
-        pairs.append(SearchAttributePair(names.SA_BATCH, input.batch_id))
-    return pairs
 
 
 @workflow.defn(name=names.ROLLOUT_WORKFLOW)

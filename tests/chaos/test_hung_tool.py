@@ -21,7 +21,7 @@ from support import make_settings
 from workers.client import start_rollout
 from workers.policy_server import PolicyServer
 from workers.worker import RunningWorker, running_worker
-from workflows.rollout import RolloutInput
+from workflows.schema import RolloutInput
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

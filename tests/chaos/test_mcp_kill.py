@@ -30,7 +30,7 @@ from support import make_settings
 from workers.client import run_rollouts
 from workers.policy_server import PolicyServer
 from workers.worker import running_worker
-from workflows.rollout import RetrySettings, RolloutInput, RolloutLimits, RolloutResult
+from workflows.schema import RetrySettings, RolloutInput, RolloutLimits, RolloutResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

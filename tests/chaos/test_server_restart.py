@@ -25,9 +25,9 @@ from envs.mcp.http import free_port
 from workers import server as embedded
 from workers.client import connect
 from workers.policy_server import PolicyServer
-from workflows.group import BatchInput, BatchResult, BatchRolloutWorkflow, RolloutOptions
+from workflows.group import BatchRolloutWorkflow
 from workflows.names import node_queue
-from workflows.rollout import RetrySettings, RolloutLimits
+from workflows.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

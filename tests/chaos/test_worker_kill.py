@@ -34,9 +34,9 @@ from temporalio.client import Client, WorkflowHandle
 from activities.model import ModelConfig
 from activities.storage import read_trajectories
 from workers.policy_server import PolicyServer
-from workflows.group import BatchInput, BatchResult, BatchRolloutWorkflow, RolloutOptions
+from workflows.group import BatchRolloutWorkflow
 from workflows.names import node_queue
-from workflows.rollout import RetrySettings, RolloutLimits
+from workflows.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

@@ -17,7 +17,7 @@ from deploy import launcher
 from envs.math.data import generate_tasks
 from workers.client import start_rollout
 from workflows.names import node_queue
-from workflows.rollout import RetrySettings, RolloutInput
+from workflows.schema import RetrySettings, RolloutInput
 
 pytestmark = pytest.mark.slow
 

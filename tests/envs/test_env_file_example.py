@@ -8,7 +8,7 @@ from activities.model import ModelConfig
 from envs.registry import env_class
 from workers.client import run_rollout
 from workers.worker import RunningWorker
-from workflows.rollout import RolloutInput
+from workflows.schema import RolloutInput
 
 EXAMPLE = "envs/examples/calculator.yaml"  # relative: the worker resolves it from its cwd, like the CLI
 

@@ -13,7 +13,7 @@ from support import ScriptedPolicy, call
 from workers.client import run_rollout
 from workers.policy_server import PolicyServer
 from workers.worker import RunningWorker
-from workflows.rollout import RolloutInput
+from workflows.schema import RolloutInput
 
 ROOT = Path(__file__).parents[2]
 

@@ -31,7 +31,7 @@ from envs.contract import Message, Task, TerminationReason, ToolSpec
 from workers.client import start_rollout
 from workers.policy_server import AppServer
 from workers.worker import RunningWorker
-from workflows.rollout import RetrySettings, RolloutInput, RolloutLimits
+from workflows.schema import RetrySettings, RolloutInput, RolloutLimits
 
 TOOLS = [
     ToolSpec(name="add", input_schema={"type": "object", "properties": {"a": {}, "b": {}}}),

@@ -26,7 +26,7 @@ from temporalio.service import RPCError
 from workers.server import temporal_binary
 from workers.worker import RunningWorker
 from workflows.names import ROLLOUT_WORKFLOW
-from workflows.rollout import RolloutResult
+from workflows.schema import RolloutResult
 
 STUCK_AFTER_S = 60.0
 """A case not closed by then counts as stuck."""

@@ -31,7 +31,7 @@ from workers.client import connect, data_converter, run_rollout
 from workers.codec import ENCODING, KEY_ID, CodecKeyError, EncryptionCodec, EncryptionKey, generate_key
 from workers.server import temporal_binary
 from workers.worker import running_worker
-from workflows.rollout import RolloutInput
+from workflows.schema import RolloutInput
 
 UI_ORIGIN = "http://localhost:8233"
 

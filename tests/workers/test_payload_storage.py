@@ -20,7 +20,7 @@ from envs.contract import Message, Task, TerminationReason
 from support import ScriptedPolicy, call, make_settings, play
 from workers.client import connect, data_converter
 from workers.worker import running_worker
-from workflows.rollout import RetrySettings, RolloutLimits
+from workflows.schema import RetrySettings, RolloutLimits
 
 BLOB = 5_000_000
 """Characters of one tool output: 2.5x Temporal's per-payload limit."""

@@ -28,15 +28,9 @@ from workers.client import DATA_CONVERTER, start_rollout  # noqa: E402
 from workers.policy_server import PolicyServer  # noqa: E402
 from workers.server import temporal_binary  # noqa: E402
 from workers.worker import running_worker  # noqa: E402
-from workflows.group import (  # noqa: E402
-    BatchInput,
-    BatchRolloutWorkflow,
-    GroupInput,
-    GroupRolloutWorkflow,
-    RolloutOptions,
-)
+from workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow  # noqa: E402
 from workflows.names import SEARCH_ATTRIBUTES  # noqa: E402
-from workflows.rollout import RetrySettings, RolloutInput  # noqa: E402
+from workflows.schema import BatchInput, GroupInput, RetrySettings, RolloutInput, RolloutOptions  # noqa: E402
 
 OUT = Path(__file__).parent / "histories"
 

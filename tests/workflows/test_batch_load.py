@@ -22,7 +22,8 @@ from envs.math.policy import CalculatorPolicy
 from workers.policy_server import PolicyServer
 from workers.report import write_report
 from workers.worker import RunningWorker
-from workflows.group import BatchInput, BatchRolloutWorkflow, RolloutOptions
+from workflows.group import BatchRolloutWorkflow
+from workflows.schema import BatchInput, RolloutOptions
 
 HISTORY_EVENT_LIMIT = 51_200
 HISTORY_BYTES_LIMIT = 50 * 1024 * 1024

@@ -19,8 +19,8 @@ from support import ScriptedPolicy
 from workers.client import iterate_groups
 from workers.policy_server import AppServer, PolicyServer, build_app
 from workers.worker import RunningWorker
-from workflows.group import BatchInput, BatchRolloutWorkflow, GroupInput, GroupRolloutWorkflow, RolloutOptions
-from workflows.rollout import RetrySettings, RolloutInput
+from workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
+from workflows.schema import BatchInput, GroupInput, RetrySettings, RolloutInput, RolloutOptions
 
 
 class EveryOtherWrong(CalculatorPolicy):

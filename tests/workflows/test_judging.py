@@ -20,8 +20,9 @@ from envs.rewards.rubric import Criterion, Rubric
 from support import play
 from workers.policy_server import AppServer, PolicyServer
 from workers.worker import RunningWorker
-from workflows.group import BatchInput, BatchRolloutWorkflow, RolloutOptions
+from workflows.group import BatchRolloutWorkflow
 from workflows.judging import JudgeConfig
+from workflows.schema import BatchInput, RolloutOptions
 
 RUBRIC = Rubric(
     criteria=[

@@ -18,7 +18,7 @@ from support import ScriptedPolicy, call, make_settings
 from workers.client import connect, start_rollout
 from workers.policy_server import PolicyServer
 from workers.worker import running_worker
-from workflows.rollout import RetrySettings, RolloutInput
+from workflows.schema import RetrySettings, RolloutInput
 
 
 class StallWhileNodeUp(ScriptedPolicy):

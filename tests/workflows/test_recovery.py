@@ -29,7 +29,7 @@ from workers.client import start_rollout
 from workers.policy_server import PolicyServer
 from workers.worker import RunningWorker
 from workflows.names import SA_STATUS
-from workflows.rollout import RolloutInput
+from workflows.schema import RolloutInput
 
 
 @pytest.fixture

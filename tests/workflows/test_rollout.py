@@ -16,7 +16,7 @@ from workers.client import run_rollout, start_rollout
 from workers.policy_server import PolicyServer
 from workers.worker import RunningWorker
 from workflows.names import SA_STATUS
-from workflows.rollout import RetrySettings, RolloutInput, RolloutLimits
+from workflows.schema import RetrySettings, RolloutInput, RolloutLimits
 
 
 def rollout_input(model_url: str, *, seed: int = 0, **fields: object) -> RolloutInput:

@@ -25,7 +25,7 @@ from workers.policy_server import AppServer, build_app
 from workers.server import temporal_binary
 from workers.worker import RunningWorker, running_worker
 from workflows.names import ROLLOUT_WORKFLOW
-from workflows.rollout import RolloutInput, RolloutResult
+from workflows.schema import RolloutInput, RolloutResult
 
 
 def temporal_cli(address: str, *args: str) -> subprocess.CompletedProcess[str]:

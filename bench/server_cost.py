@@ -1,0 +1,146 @@
+"""What the Temporal server's CPU per rollout goes to: `python -m bench.server_cost [--rollouts N]`.
+
+At saturation (scenario (b)) the dev server, not the worker, uses most of the machine, and it
+spent more CPU per gymflow rollout than per bare-Temporal rollout of the same activity plan. This
+runs the bare workflow with RolloutWorkflow's extras switched on one at a time (a patch marker, search
+attributes and memo set at start, upserts at the end, payloads growing with the conversation), then
+all of them, then gymflow itself, and reports the server's CPU milliseconds per rollout and the
+history bytes of each: bench/out/server_cost.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+
+from bench.bare import BARE_WORKFLOW, BareInput
+from bench.direct import DirectRunner
+from bench.procs import Procs, start_policy, start_server, start_worker
+from bench.scenarios import Bench, Runner
+from bench.workload import BenchEnv
+from workers import client as sdk
+from workflows.names import SA_ENV, SA_MODEL, SA_STATUS
+
+OUT = Path(__file__).resolve().parent / "out"
+TOOL_TURNS = 10
+PAD_BYTES = 180
+"""Input bytes per turn so far: makes the bare history about as large as gymflow's bench rollout."""
+
+
+def variants() -> dict[str, tuple[BareInput, bool]]:
+    """Label -> (bare input, whether the starter sets search attributes and memo)."""
+    plain = BareInput(TOOL_TURNS)
+    every = replace(plain, patch=True, finish_upserts=True, pad_bytes=PAD_BYTES)
+    return {
+        "bare": (plain, False),
+        "+patch": (replace(plain, patch=True), False),
+        "+start attributes": (plain, True),
+        "+end upserts": (replace(plain, finish_upserts=True), False),
+        "+payloads": (replace(plain, pad_bytes=PAD_BYTES), False),
+        "all of them": (every, True),
+    }
+
+
+async def bare_rollout(client: Client, plan: BareInput, start_attributes: bool) -> str:
+    workflow_id = f"cost-{uuid.uuid4().hex}"
+    extra: dict[str, Any] = {}
+    if start_attributes:
+        pairs = [SearchAttributePair(SA_ENV, "bench"), SearchAttributePair(SA_MODEL, "default"),
+                 SearchAttributePair(SA_STATUS, "running")]  # fmt: skip
+        extra = {"search_attributes": TypedSearchAttributes(pairs), "memo": {"task_id": "t"}}
+    await client.execute_workflow(BARE_WORKFLOW, plan, id=workflow_id, task_queue="bench-bare", **extra)
+    return workflow_id
+
+
+async def history_bytes(client: Client, workflow_id: str) -> int:
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return sum(event.ByteSize() for event in history.events)
+
+
+async def measure(bench: Bench, label: str, one: Any, *, rollouts: int, concurrency: int) -> dict[str, Any]:
+    semaphore = asyncio.Semaphore(concurrency)
+    ids: list[str] = []
+
+    async def run() -> None:
+        async with semaphore:
+            ids.append(await one())
+
+    await asyncio.gather(*(run() for _ in range(min(concurrency, rollouts))))  # warm-up
+    before = bench.procs.cpu()
+    started = time.perf_counter()
+    await asyncio.gather(*(run() for _ in range(rollouts)))
+    wall = time.perf_counter() - started
+    after = bench.procs.cpu()
+    cpu = {role: after[role] - before[role] for role in after}
+    row = {
+        "server_ms_per_rollout": round(cpu["server"] * 1000 / rollouts, 1),
+        "worker_ms_per_rollout": round(max(cpu.get("bare", 0), cpu.get("gymflow", 0)) * 1000 / rollouts, 1),
+        "rollouts_per_s": round(rollouts / wall, 2),
+        "history_bytes": await history_bytes(bench.client, ids[-1] or await any_rollout(bench.client)),
+    }
+    print(label, json.dumps(row), flush=True)
+    return row
+
+
+async def run(rollouts: int, concurrency: int) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="gymflow-cost-"))
+    procs = Procs()
+    try:
+        address = await start_server(procs, work / "server", extra_args=[])
+        await start_worker(procs, "bare", mode="bare", address=address, task_queue="bench-bare")
+        await start_worker(procs, "gymflow", mode="gymflow", address=address, task_queue="bench-gymflow")
+        policy = await start_policy(procs)
+        client = await sdk.connect(address)
+        bench = Bench(client, procs, policy, DirectRunner(BenchEnv(workspace_root=work / "direct")))
+        rows: dict[str, Any] = {}
+        for label, (plan, start_attributes) in variants().items():
+
+            async def one(plan: BareInput = plan, start_attributes: bool = start_attributes) -> str:
+                return await bare_rollout(client, plan, start_attributes)
+
+            rows[label] = {**await measure(bench, label, one, rollouts=rollouts, concurrency=concurrency),
+                           "input": asdict(plan), "start_attributes": start_attributes}  # fmt: skip
+        gymflow = Runner("gymflow", "gymflow", "bench-gymflow")
+
+        async def gymflow_one() -> str:
+            await bench.rollout(gymflow, 0, tool_turns=TOOL_TURNS, model_s=0, tool_s=0)
+            return ""  # the SDK picks the id; any_rollout finds one
+
+        rows["gymflow"] = await measure(bench, "gymflow", gymflow_one, rollouts=rollouts, concurrency=concurrency)
+        await bench.direct.aclose()
+        return {"tool_turns": TOOL_TURNS, "rollouts": rollouts, "concurrency": concurrency, "variants": rows}
+    finally:
+        procs.stop_all()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+async def any_rollout(client: Client) -> str:
+    async for execution in client.list_workflows("WorkflowType = 'RolloutWorkflow'", limit=1):
+        return execution.id
+    raise RuntimeError("no rollout found")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rollouts", type=int, default=128)
+    parser.add_argument("--concurrency", type=int, default=64)
+    args = parser.parse_args()
+    report = asyncio.run(run(args.rollouts, args.concurrency))
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "server_cost.json").write_text(json.dumps(report, indent=2))
+    print(f"wrote {OUT / 'server_cost.json'}")
+
+
+if __name__ == "__main__":
+    main()
