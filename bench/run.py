@@ -1,14 +1,16 @@
 """Run every benchmark side by side and write bench/out/bench.{json,png}: `python -m bench.run [--quick]`.
 
 One run starts a dev server (as `gymflow server` does: SQLite file, headless), the benchmark
-policy endpoint, a gymflow worker and a bare-Temporal worker, each in its own process, and runs:
+policy endpoint, a gymflow worker and a bare-Temporal worker, each in its own process. Runners:
+direct (plain asyncio), bare and bare+local (the bare-Temporal ceiling with gymflow's activity
+plan, model turns as regular or local activities), gymflow and gymflow+local. It runs:
 
 (a) light load — one rollout at a time, 20 zero-latency tool turns: latency each activity adds
     over the direct asyncio loop;
 (b) saturation — many concurrent zero-latency rollouts: activity-steps per second, gymflow vs the
-    bare-Temporal ceiling (and direct);
+    bare-Temporal ceiling with the same plan (and direct);
 (c) realistic RL load — model 2 s per turn, tool 100 ms, 4 tool turns, 128 rollouts at once:
-    wall time vs direct;
+    wall time vs direct and vs bare Temporal with the same latencies;
 (d) MCP isolation — warm-pool vs cold init, isolated calculator servers held at once and memory
     per server (`bench/mcp_isolation.py`).
 

@@ -246,3 +246,23 @@ async def call_ledger(client: Client, workflow_id: str) -> RolloutLedger:
             elif kind == "init_rollout" and tag == "recovery":
                 ledger.recovered_at.append(event.event_time.ToDatetime().astimezone())
     return ledger
+
+
+def reexecutions(ledgers: list[RolloutLedger], ran: Counter[str]) -> tuple[int, int, int]:
+    """(replay re-executions, in-flight re-executions, calls cut by a kill), checking the rule:
+    a call that completed before any crash ran again only as a replay."""
+    replayed = in_flight = interrupted = 0
+    for ledger in ledgers:
+        for tag, record in ledger.calls.items():
+            assert ran[tag] >= 1, tag
+            interrupted += not record.first_completed
+            extra = ran[tag] - 1
+            from_replays = min(extra, record.replays_scheduled)
+            from_in_flight = extra - from_replays
+            if record.first_completed:  # completed before any crash: only replays may run it again
+                assert from_in_flight == 0, (tag, ran[tag], record)
+            else:  # in flight when its worker died: at most once more per extra scheduling
+                assert from_in_flight <= record.scheduled - 1 + record.replays_scheduled - from_replays, (tag, record)
+            replayed += from_replays
+            in_flight += from_in_flight
+    return replayed, in_flight, interrupted

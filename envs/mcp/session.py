@@ -29,6 +29,8 @@ from envs.mcp.content import Parser, apply_parser, render_result
 from envs.mcp.http import HttpServerProcess
 from envs.mcp.transport import ProcessTransport
 
+_KILL_CONFIRM_S = 5.0
+"""Longest a tool timeout waits for the killed server to be gone before answering."""
 _MODEL_VISIBLE_CODES = frozenset({mcp_types.INVALID_PARAMS, mcp_types.METHOD_NOT_FOUND})
 """JSON-RPC errors that older servers use for bad arguments / unknown tools: the model's fault."""
 
@@ -178,8 +180,13 @@ class McpSession:
                 result = await self._client.call_tool(tool, arguments)
         except TimeoutError:
             # A hung server may never answer again; kill it so the rollout is recovered on a
-            # fresh one instead of every later call hanging too.
+            # fresh one instead of every later call hanging too. The observation says the server
+            # was stopped, so wait (briefly) until it really is gone: its stdout closing (or its
+            # process exiting) means the kernel has torn it down.
             self.kill()
+            if self.transport is not None or self.http_process is not None:  # a process of ours
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._ended.wait(), _KILL_CONFIRM_S)
             return ToolResult(
                 text=f"tool {tool!r} timed out after {timeout:g}s and its server was stopped", is_error=True
             )

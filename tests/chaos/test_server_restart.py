@@ -14,7 +14,16 @@ from typing import TypeVar
 import figures
 import leaks
 import pytest
-from chaos_support import CountingPolicy, counting_env_file, counting_tasks, executions, fleet, fleet_spec
+from chaos_support import (
+    CountingPolicy,
+    call_ledger,
+    counting_env_file,
+    counting_tasks,
+    executions,
+    fleet,
+    fleet_spec,
+    reexecutions,
+)
 from mcp_support import node_ids, wait_polling
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -104,9 +113,18 @@ async def test_batch_completes_across_a_server_restart(tmp_path: Path) -> None:
         assert not failed, failed
         ran = executions(log)
         # No silent wrong reward: a tool call whose completion report was lost while the server was
-        # down is retried on the same live server, and must not run twice (workers/dedup.py).
+        # down is retried on the same live server, and must not run twice (workers/dedup.py). The
+        # only calls that may run again are a recovery's replays: an activity scheduled on a node
+        # queue just before the stop can outlive node_timeout_s (3 s here) while the server is
+        # down, and the rollout then presumes its node lost and replays onto a fresh server.
         assert all(t.reward and t.reward.total == 1.0 for t in trajectories)
-        assert sum(ran.values()) == len(ran) == ROLLOUTS * STEPS
+        ledgers = await asyncio.gather(*(call_ledger(client, t.rollout_id) for t in trajectories))
+        replayed, in_flight, _ = reexecutions(ledgers, ran)
+        assert len(ran) == ROLLOUTS * STEPS == sum(len(ledger.calls) for ledger in ledgers)
+        assert in_flight == 0  # no worker died: nothing but a replay may run a call twice
+        assert sum(ran.values()) - len(ran) == replayed
+        recovered = sum(bool(t.recoveries) for t in trajectories)
+        assert (replayed > 0) <= (recovered > 0)
         answered = sum(p.read_text(errors="replace").count("already completed on this node")
                        for p in (tmp_path / "fleet").glob("rank-*.log"))  # fmt: skip
         report = await leaks.scan_histories(client)  # this server's histories are the suite's too
@@ -115,7 +133,8 @@ async def test_batch_completes_across_a_server_restart(tmp_path: Path) -> None:
             "chaos", "stop + restart the Temporal server mid-batch (60 rollouts, 2 worker processes)",
             started=ROLLOUTS, completed=len(trajectories), lost=ROLLOUTS - len(ids), duplicated=0,
             tool_calls=len(ran), executions=sum(ran.values()),
-            reexecutions=sum(ran.values()) - len(ran), retries_answered_by_dedup=answered,
+            replay_reexecutions=replayed, in_flight_reexecutions=in_flight, rollouts_recovered=recovered,
+            retries_answered_by_dedup=answered,
             server_down_s=round(back_at - stopped_at, 1), resumed_after_restart_s=round(resumed_at - back_at, 1),
         )  # fmt: skip
     finally:

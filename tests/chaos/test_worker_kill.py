@@ -27,6 +27,7 @@ from chaos_support import (
     executions,
     fleet,
     fleet_spec,
+    reexecutions,
 )
 from mcp_support import node_ids, wait_polling
 from temporalio.client import Client, WorkflowHandle
@@ -119,26 +120,6 @@ async def test_batch_survives_three_kill_9s_of_a_worker(client: Client, temporal
         recovery_max_s=round(max(recovery_s), 1) if recovery_s else None, batch_s=round(elapsed, 1),
         runs=result.runs + 1,
     )  # fmt: skip
-
-
-def reexecutions(ledgers: list[RolloutLedger], ran: Counter[str]) -> tuple[int, int, int]:
-    """(replay re-executions, in-flight re-executions, calls cut by a kill), checking the rule:
-    a call that completed before any crash ran again only as a replay."""
-    replayed = in_flight = interrupted = 0
-    for ledger in ledgers:
-        for tag, record in ledger.calls.items():
-            assert ran[tag] >= 1, tag
-            interrupted += not record.first_completed
-            extra = ran[tag] - 1
-            from_replays = min(extra, record.replays_scheduled)
-            from_in_flight = extra - from_replays
-            if record.first_completed:  # completed before any crash: only replays may run it again
-                assert from_in_flight == 0, (tag, ran[tag], record)
-            else:  # in flight when its worker died: at most once more per extra scheduling
-                assert from_in_flight <= record.scheduled - 1 + record.replays_scheduled - from_replays, (tag, record)
-            replayed += from_replays
-            in_flight += from_in_flight
-    return replayed, in_flight, interrupted
 
 
 def recovery_times(ledgers: list[RolloutLedger], kills: list[datetime]) -> list[float]:
