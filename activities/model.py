@@ -29,9 +29,9 @@ import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 import aiohttp
-import yarl
 from pydantic import Field
 from temporalio import activity
 
@@ -373,10 +373,10 @@ class _Response:
 
 def _is_http_url(url: str) -> bool:
     try:
-        parsed = yarl.URL(url)
-    except (ValueError, TypeError):
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unbalanced IPv6 bracket
         return False
-    return parsed.scheme in ("http", "https") and bool(parsed.host)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _completion(response: _Response) -> dict[str, Any] | None:

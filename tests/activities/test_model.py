@@ -238,7 +238,7 @@ async def test_request_timeout_is_retryable(model: ModelActivities, faults: tupl
     assert "TimeoutError" in error.message
 
 
-@pytest.mark.parametrize("base_url", [None, "localhost:8000/v1", "ftp://host/v1", "http:///v1"])
+@pytest.mark.parametrize("base_url", [None, "localhost:8000/v1", "ftp://host/v1", "http:///v1", "http://[::1/v1"])
 async def test_missing_or_invalid_endpoint(model: ModelActivities, base_url: str | None) -> None:
     error = await _failure(model, _input(base_url))
     assert error.type == MODEL_REJECTED
