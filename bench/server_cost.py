@@ -4,8 +4,9 @@ At saturation (scenario (b)) the dev server, not the worker, uses most of the ma
 spent more CPU per gymflow rollout than per bare-Temporal rollout of the same activity plan. This
 runs the bare workflow with RolloutWorkflow's extras switched on one at a time (a patch marker, search
 attributes and memo set at start, upserts at the end, payloads growing with the conversation), then
-all of them, then gymflow itself, and reports the server's CPU milliseconds per rollout and the
-history bytes of each: bench/out/server_cost.json.
+all of them, then gymflow itself — alternating, `--repeats` times — and reports the server's CPU
+milliseconds per rollout (median and every run) and the history bytes of each:
+bench/out/server_cost.json.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import argparse
 import asyncio
 import json
 import shutil
+import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -68,7 +71,9 @@ async def history_bytes(client: Client, workflow_id: str) -> int:
     return sum(event.ByteSize() for event in history.events)
 
 
-async def measure(bench: Bench, label: str, one: Any, *, rollouts: int, concurrency: int) -> dict[str, Any]:
+async def measure(
+    bench: Bench, label: str, one: Callable[[], Awaitable[str]], *, rollouts: int, concurrency: int
+) -> dict[str, Any]:
     semaphore = asyncio.Semaphore(concurrency)
     ids: list[str] = []
 
@@ -93,7 +98,7 @@ async def measure(bench: Bench, label: str, one: Any, *, rollouts: int, concurre
     return row
 
 
-async def run(rollouts: int, concurrency: int) -> dict[str, Any]:
+async def run(rollouts: int, concurrency: int, repeats: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="gymflow-cost-"))
     procs = Procs()
     try:
@@ -103,23 +108,48 @@ async def run(rollouts: int, concurrency: int) -> dict[str, Any]:
         policy = await start_policy(procs)
         client = await sdk.connect(address)
         bench = Bench(client, procs, policy, DirectRunner(BenchEnv(workspace_root=work / "direct")))
-        rows: dict[str, Any] = {}
+        runs: dict[str, Callable[[], Awaitable[str]]] = {}
         for label, (plan, start_attributes) in variants().items():
 
             async def one(plan: BareInput = plan, start_attributes: bool = start_attributes) -> str:
                 return await bare_rollout(client, plan, start_attributes)
 
-            rows[label] = {**await measure(bench, label, one, rollouts=rollouts, concurrency=concurrency),
-                           "input": asdict(plan), "start_attributes": start_attributes}  # fmt: skip
+            runs[label] = one
         gymflow = Runner("gymflow", "gymflow", "bench-gymflow")
 
         async def gymflow_one() -> str:
             await bench.rollout(gymflow, 0, tool_turns=TOOL_TURNS, model_s=0, tool_s=0)
             return ""  # the SDK picks the id; any_rollout finds one
 
-        rows["gymflow"] = await measure(bench, "gymflow", gymflow_one, rollouts=rollouts, concurrency=concurrency)
+        runs["gymflow"] = gymflow_one
+        measured: dict[str, list[dict[str, Any]]] = {label: [] for label in runs}
+        labels = list(runs)
+        for repeat in range(repeats):  # alternating, each repeat starting one variant later
+            shift = repeat % len(labels)
+            for label in [*labels[shift:], *labels[:shift]]:
+                measured[label].append(
+                    await measure(bench, label, runs[label], rollouts=rollouts, concurrency=concurrency)
+                )
+        rows: dict[str, Any] = {}
+        plans = variants()
+        for label, records in measured.items():
+            server = [r["server_ms_per_rollout"] for r in records]
+            rows[label] = {
+                "server_ms_per_rollout_median": statistics.median(server),
+                "server_ms_per_rollout_all": server,
+                "worker_ms_per_rollout_median": statistics.median(r["worker_ms_per_rollout"] for r in records),
+                "history_bytes": records[-1]["history_bytes"],
+            }
+            if label in plans:
+                rows[label] |= {"input": asdict(plans[label][0]), "start_attributes": plans[label][1]}
         await bench.direct.aclose()
-        return {"tool_turns": TOOL_TURNS, "rollouts": rollouts, "concurrency": concurrency, "variants": rows}
+        return {
+            "tool_turns": TOOL_TURNS,
+            "rollouts": rollouts,
+            "concurrency": concurrency,
+            "repeats": repeats,
+            "variants": rows,
+        }
     finally:
         procs.stop_all()
         shutil.rmtree(work, ignore_errors=True)
@@ -135,10 +165,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=128)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    report = asyncio.run(run(args.rollouts, args.concurrency))
+    report = asyncio.run(run(args.rollouts, args.concurrency, args.repeats))
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "server_cost.json").write_text(json.dumps(report, indent=2))
+    for label, row in report["variants"].items():
+        print(f"{label:18s} server {row['server_ms_per_rollout_median']:6.1f} ms/rollout (runs: "
+              f"{row['server_ms_per_rollout_all']}), worker {row['worker_ms_per_rollout_median']:6.1f}, "
+              f"history {row['history_bytes']} B")  # fmt: skip
     print(f"wrote {OUT / 'server_cost.json'}")
 
 
