@@ -42,9 +42,17 @@ LOCAL = "gymflow-local"
 """The gymflow worker, rollouts asking for model turns as local activities."""
 
 
-def ceiling(runner_label: str, local_turns: bool) -> str:
-    """The bare runner with the same activity plan as `runner_label`."""
+def ceiling(local_turns: bool) -> str:
+    """The bare runner with the same activity plan as a runner with or without local model turns."""
     return BARE_LOCAL if local_turns else BARE
+
+
+def add_same_plan_ratio(rows: dict[str, dict[str, Any]], runners: Sequence[Runner], key: str) -> None:
+    """Set each row's ``vs_bare_same_plan``: its `key` over that of the bare runner with the same plan."""
+    for runner in runners:
+        same = rows.get(ceiling(runner.local_turns), {}).get(key)
+        row = rows[runner.label]
+        row["vs_bare_same_plan"] = round(row[key] / same, 3) if same else None
 
 
 def activities(tool_turns: int) -> int:
@@ -200,11 +208,9 @@ async def saturation(
         rates = [steps / r["batch_wall_s"] for r in records]
         rows[label] = {"steps_per_s": round(max(rates), 1), "steps_per_s_all": [round(x, 1) for x in rates]}
     bare = rows.get(BARE, {}).get("steps_per_s")
-    local_by_label = {r.label: r.local_turns for r in runners}
-    for label, row in rows.items():
+    for row in rows.values():
         row["vs_bare"] = round(row["steps_per_s"] / bare, 3) if bare else None
-        same = rows.get(ceiling(label, local_by_label[label]), {}).get("steps_per_s")
-        row["vs_bare_same_plan"] = round(row["steps_per_s"] / same, 3) if same else None
+    add_same_plan_ratio(rows, runners, "steps_per_s")
     return {
         "tool_turns": tool_turns,
         "concurrency": concurrency,
@@ -241,11 +247,9 @@ async def realistic(
     raw = await side_by_side(bench, runners, repeats=repeats, run=run)
     rows = {label: {"wall_s": round(min(r["batch_wall_s"] for r in records), 2)} for label, records in raw.items()}
     direct = rows[DIRECT]["wall_s"]
-    local_by_label = {r.label: r.local_turns for r in runners}
-    for label, row in rows.items():
+    for row in rows.values():
         row["vs_direct"] = round(row["wall_s"] / direct, 3)
-        same = rows.get(ceiling(label, local_by_label[label]), {}).get("wall_s")
-        row["vs_bare_same_plan"] = round(row["wall_s"] / same, 3) if same else None
+    add_same_plan_ratio(rows, runners, "wall_s")
     return {
         "tool_turns": tool_turns,
         "model_calls_per_rollout": tool_turns + 1,

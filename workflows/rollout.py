@@ -50,11 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import judging, names
     from workflows.activity_calls import call_summary, describe, error_type, execute, node_lost, timed_out
     from workflows.judging import JudgeConfig
-    from workflows.schema import (
-        RolloutInput,
-        RolloutResult,
-        initial_search_attributes,
-    )
+    from workflows.schema import RolloutInput, RolloutResult, initial_search_attributes
 
 
 T = TypeVar("T")
