@@ -127,6 +127,10 @@ class RunResult:
         lim, sig, tail = self.limits, self.signal, self.stderr[-2000:]
         if self.timed_out:
             return f"stopped: the program ran longer than the {lim.wall_s:g}s wall-clock limit"
+        # Died of an uncaught MemoryError: that is the cause, even when the CPU limit (filling
+        # pages costs CPU) struck while the traceback was being printed.
+        if tail.rstrip().endswith("MemoryError"):
+            return f"out of memory: the {lim.memory_mb} MB memory limit was reached"
         if sig == signal.SIGXCPU or (self.returncode != 0 and self.cpu_s >= lim.cpu_s - 0.05):
             return f"stopped: CPU time limit of {lim.cpu_s}s exceeded"
         if sig == signal.SIGXFSZ or "File too large" in tail:

@@ -25,6 +25,7 @@ from envs.sheets.sandbox import (
     Guarantee,
     Level,
     Limits,
+    RunResult,
     Sandbox,
     SandboxUnavailable,
     detect,
@@ -254,3 +255,11 @@ def test_run_from_a_threaded_server_process(workspace: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[0] == "1"
+
+
+def test_a_memory_error_is_named_even_when_the_cpu_limit_struck_while_it_was_reported() -> None:
+    # Filling pages costs CPU: a memory bomb can raise MemoryError and then get SIGXCPU (exit
+    # status 152) while its traceback is printed. The model must be told about memory.
+    stderr = 'Traceback (most recent call last):\n  File "<stdin>", line 3, in <module>\nMemoryError\n'
+    result = RunResult(152, "", stderr, 2045.0, Level.BWRAP, SMALL, cpu_s=2.0)
+    assert "memory limit" in (result.problem() or "")
