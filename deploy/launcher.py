@@ -30,6 +30,8 @@ TASK_FILE = Path(__file__).with_name("workers.yaml")
 DEFAULT_CLUSTER = "gymflow-workers"
 STOP_TIMEOUT_S = 15.0
 """How long a local worker gets to shut down gracefully before it is killed."""
+KILL_CONFIRM_S = 5.0
+"""How long a killed local worker gets to be gone before `down_local` returns anyway."""
 
 
 @dataclass
@@ -186,6 +188,9 @@ def down_local(*, data_dir: Path, ranks: list[int] | None = None, timeout_s: flo
         if _alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + KILL_CONFIRM_S  # a SIGKILLed process still takes a moment to go
+    while any(_alive(pid) for pid in stopped) and time.monotonic() < deadline:
+        time.sleep(0.05)
     for path in state.glob("rank-*.json"):
         record = json.loads(path.read_text())
         if ranks is None or record["rank"] in ranks:
@@ -205,9 +210,15 @@ def _live_records(state: Path) -> list[dict[str, Any]]:
 
 
 def _alive(pid: int) -> bool:
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)  # reap it if it is our child, or it lingers as a zombie
-    stat = Path(f"/proc/{pid}/stat")
-    if not stat.exists():
+    """Whether `pid` still runs; a zombie child of ours is reaped on the way (it is not running)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
         return False
-    return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    if state != "Z":
+        return True
+    # Reap it only once it is a zombie: reaping first and reading the state after raced with the
+    # exit and left a zombie behind (a fresh-clone CI failure).
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    return False

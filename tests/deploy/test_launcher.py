@@ -4,7 +4,9 @@ Python API) and the local backend, which runs the task's very run script as N lo
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -88,3 +90,19 @@ async def test_local_backend_starts_and_stops_a_worker(client: Client, temporal_
         stopped = await asyncio.to_thread(launcher.down_local, data_dir=tmp_path)
     assert stopped == [node.pid] and not Path(f"/proc/{node.pid}").exists()
     assert list((tmp_path / "workers").glob("*.json")) == []
+
+
+def test_a_child_that_exited_counts_as_stopped_and_is_reaped() -> None:
+    running = subprocess.Popen(["sleep", "30"])
+    exited = subprocess.Popen(["true"])
+    try:
+        stat = Path(f"/proc/{exited.pid}/stat")
+        deadline = time.monotonic() + 10
+        while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":  # wait until it is a zombie
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert launcher._alive(running.pid)
+        assert not launcher._alive(exited.pid) and not stat.exists()  # reaped, not left behind
+    finally:
+        running.kill()
+        running.wait()
