@@ -125,6 +125,11 @@ class RolloutWorkflow:
                 self._messages += input.task.opening_messages()
                 reason = await self._agent_loop()
                 reward = await self._on_node(self._reward)
+            except GeneratorExit:
+                # The worker evicted this run from its cache: there is no event loop left to
+                # schedule a release on, and the run goes on elsewhere as a replay that releases.
+                self._handle = None
+                raise
             finally:
                 await self._release()  # the judge needs no env state: free the servers first
             if reward is not None and self._rubric is not None:
