@@ -38,6 +38,7 @@ from envs.contract import (
     ToolError,
     ToolResult,
     ToolSpec,
+    Trajectory,
     Wire,
 )
 from envs.registry import EnvFileError, UnknownEnvError, env_class, storage_name
@@ -67,6 +68,9 @@ class RolloutHandle(Wire):
     stateless: bool = False
     rubric: Rubric | None = None
     """The env's judge rubric for this task, if it has one."""
+    payload_limit_bytes: int | None = None
+    """The largest payload the deployment's history takes inline; None where large payloads go to
+    external storage (or for handles recorded before this field existed: no limit is enforced)."""
 
 
 class CallToolInput(Wire):
@@ -91,7 +95,9 @@ class ComputeRewardInput(Wire):
 class GroupRewardInput(Wire):
     env: str
     rollout_ids: list[str]
-    completions: list[list[Message]]
+    completions: list[list[Message]] | None
+    """The conversations; None when too large to carry inline: the activity then reads them from
+    the results of the rollout workflows, whose ids are `rollout_ids`."""
     tasks: list[Task]
 
 
@@ -126,8 +132,10 @@ class EnvActivities:
         workspace_root: Path,
         env_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
         common_env_kwargs: Mapping[str, Any] | None = None,
+        payload_limit_bytes: int | None = None,
     ) -> None:
         self.node_id = node_id
+        self.payload_limit_bytes = payload_limit_bytes
         self.node_queue = node_queue
         self.workspace_root = workspace_root
         self._env_kwargs = dict(env_kwargs or {})
@@ -174,6 +182,7 @@ class EnvActivities:
             replayable=env.replayable,
             stateless=env.stateless,
             rubric=rubric,
+            payload_limit_bytes=self.payload_limit_bytes,
         )
 
     @activity.defn(name="call_tool")
@@ -240,8 +249,11 @@ class EnvActivities:
         """Score a group of finished rollouts jointly (runs on any node: needs no rollout state)."""
         env = self.env(input.env)
         truths = [t.ground_truth for t in input.tasks]
+        completions = input.completions
+        if completions is None:
+            completions = await _with_heartbeat(_conversations(input.rollout_ids))
         rows = await _with_heartbeat(
-            env.compute_group_reward(input.rollout_ids, input.completions, truths, tasks=input.tasks)
+            env.compute_group_reward(input.rollout_ids, completions, truths, tasks=input.tasks)
         )
         try:
             if len(rows) != len(input.rollout_ids):
@@ -260,6 +272,15 @@ class EnvActivities:
     async def shutdown(self) -> None:
         """Release every rollout of every env (worker exit)."""
         await asyncio.gather(*(env.shutdown() for env in self._envs.values()), return_exceptions=True)
+
+
+async def _conversations(workflow_ids: list[str]) -> list[list[Message]]:
+    """The conversations of finished rollout workflows, read from their results."""
+    client = activity.client()
+    results = await asyncio.gather(
+        *(client.get_workflow_handle(id, result_type=Trajectory).result() for id in workflow_ids)
+    )
+    return [result.messages for result in results]
 
 
 async def _with_heartbeat(awaitable: Awaitable[T]) -> T:

@@ -196,7 +196,8 @@ class TerminationReason(enum.StrEnum):
     """The model answered without calling a tool."""
     MAX_TURNS = "max_turns"
     CONTEXT_BUDGET = "context_budget"
-    """The next turn would not fit the model's context window."""
+    """The next turn would not fit the model's context window, or the conversation reached the
+    payload limit of the deployment's history (its last message is then cut, with a note)."""
     OUTPUT_BUDGET = "output_budget"
     """The model produced more tokens in total than the rollout allows."""
     TOOL_BUDGET = "tool_budget"

@@ -24,7 +24,7 @@ from typing import Any
 
 import temporalio.api.common.v1
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import TypedSearchAttributes
 from temporalio.contrib.aws.s3driver import S3StorageDriver
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
@@ -39,7 +39,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.errors import INVALID_INPUT
 from activities.storage import Boto3StorageDriverClient, parse_s3_uri, s3_client
-from envs.contract import Task
+from envs.contract import Task, Trajectory
 from workers.codec import EncryptionCodec
 from workers.config import Settings
 from workflows import names
@@ -87,6 +87,24 @@ class GymflowPayloadConverter(CompositePayloadConverter):
 
 DATA_CONVERTER = DataConverter(payload_converter_class=GymflowPayloadConverter)
 """The one data converter of worker, CLI, SDK and tests (plain: no encryption, no external storage)."""
+
+
+async def with_messages(client: Client, group: GroupResult) -> GroupResult:
+    """`group` with the conversations it left out of its result (`messages_omitted`, a group too
+    large to return inline) read back from its rollout workflows."""
+    if not group.messages_omitted:
+        return group
+
+    async def read(trajectory: Trajectory) -> Trajectory:
+        handle = client.get_workflow_handle(trajectory.rollout_id, result_type=Trajectory)
+        try:
+            messages = (await handle.result()).messages
+        except WorkflowFailureError:  # a rollout that failed outright has no conversation
+            return trajectory
+        return trajectory.model_copy(update={"messages": messages})
+
+    trajectories = await asyncio.gather(*(read(t) for t in group.trajectories))
+    return group.model_copy(update={"trajectories": list(trajectories), "messages_omitted": False})
 
 
 def external_storage(settings: Settings) -> ExternalStorage | None:
@@ -215,12 +233,13 @@ async def iterate_groups(
             env=env, task=task, model=opts.model, limits=opts.limits, retry=opts.retry, judge=opts.judge
         )
         async with semaphore:
-            return await client.execute_workflow(
+            group = await client.execute_workflow(
                 GroupRolloutWorkflow.run,
                 GroupInput(rollout=rollout, n=n, scale_by_std=scale_by_std),
                 id=f"group-{task.id}-{uuid.uuid4().hex[:8]}",
                 task_queue=task_queue,
             )
+            return await with_messages(client, group)
 
     pending = [asyncio.create_task(one(task)) for task in tasks]
     try:

@@ -32,6 +32,7 @@ from workers.judge_worker import judge_worker
 from workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
 from workflows.names import judge_queue, node_queue
 from workflows.rollout import RolloutWorkflow
+from workflows.schema import PAYLOAD_LIMIT_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ WORKFLOWS: list[type] = [RolloutWorkflow, GroupRolloutWorkflow, BatchRolloutWork
 # the sandbox forbids). Only the workflow classes' own modules are re-imported per run.
 SANDBOX_PASSTHROUGH = (
     *("pydantic", "pydantic_core", "annotated_types", "rich", "structlog", "envs", "activities"),
-    *("workflows.schema", "workflows.names", "workflows.judging", "workflows.activity_calls"),
+    *("workflows.schema", "workflows.names", "workflows.judging", "workflows.activity_calls", "workflows.budget"),
 )
 WORKFLOW_RUNNER = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
@@ -102,6 +103,9 @@ async def running_worker(
         workspace_root=settings.workspace_root / settings.node_id,
         env_kwargs=env_kwargs,
         common_env_kwargs={"pool_size": settings.mcp_pool_size},
+        # Without external storage a payload over Temporal's limit would fail workflow tasks forever:
+        # rollouts keep their trajectories under it (workflows.rollout).
+        payload_limit_bytes=None if client.data_converter.external_storage else PAYLOAD_LIMIT_BYTES,
     )
     api_key = settings.model_api_key.get_secret_value() if settings.model_api_key else None
     model_activities = ModelActivities(

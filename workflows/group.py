@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.activity_calls import describe, error_type, execute
     from workflows.rollout import RolloutWorkflow
     from workflows.schema import (
+        GROUP_INLINE_BYTES,
         BatchInput,
         BatchResult,
         BatchState,
@@ -38,10 +39,13 @@ with workflow.unsafe.imports_passed_through():
         GroupResult,
         RolloutInput,
         initial_search_attributes,
+        json_bytes,
     )
 
 
 CHILD_RETRY = RetryPolicy(maximum_attempts=1)
+BATCH_PART_BYTES = "batch-part-bytes"
+"""Patch id: a batch sizes its JSONL parts in bytes, not characters."""
 STORAGE_TIMEOUT = timedelta(minutes=2)
 TASK_PAGE = 256
 
@@ -93,13 +97,15 @@ class GroupRolloutWorkflow:
         trajectories = list(await asyncio.gather(*(run_child(s, f"{parent}/s{i}") for i, s in enumerate(samples))))
         rewards: list[float | None] = [t.reward.total if t.reward else None for t in trajectories]
         valid = [i for i, t in enumerate(trajectories) if t.reward is not None]
+        # Conversations too large to carry inline stay in the children's histories.
+        inline = sum(json_bytes(t.messages) for t in trajectories) <= GROUP_INLINE_BYTES
         if input.group_reward and valid:
             extra = await execute(
                 EnvActivities.compute_group_reward,
                 GroupRewardInput(
                     env=template.env,
                     rollout_ids=[trajectories[i].rollout_id for i in valid],
-                    completions=[trajectories[i].messages for i in valid],
+                    completions=[trajectories[i].messages for i in valid] if inline else None,
                     tasks=[template.task for _ in valid],
                 ),
                 start_to_close_timeout=timedelta(minutes=10),
@@ -117,6 +123,8 @@ class GroupRolloutWorkflow:
                     )
                     trajectories[i] = trajectories[i].model_copy(update={"reward": merged})
                     rewards[i] = merged.total
+        if not inline:
+            trajectories = [t.model_copy(update={"messages": []}) for t in trajectories]
         advantages = group_advantages(rewards, scale_by_std=input.scale_by_std)
         scored = [r for r in rewards if r is not None]
         return GroupResult(
@@ -126,6 +134,7 @@ class GroupRolloutWorkflow:
             advantages=advantages,
             mean_reward=math.fsum(scored) / len(scored) if scored else None,
             infra_failed=len(trajectories) - len(scored),
+            messages_omitted=not inline,
         )
 
 
@@ -160,6 +169,7 @@ class BatchRolloutWorkflow:
         self._pages: dict[int, list[Task]] = {}
         self._buffer: list[Trajectory] = []
         self._buffer_bytes = 0
+        self._part_bytes = workflow.patched(BATCH_PART_BYTES)
         workflow.upsert_search_attributes([names.SA_ENV.value_set(input.env), names.SA_BATCH.value_set(self._batch_id)])
 
         running: list[asyncio.Task[Trajectory]] = []
@@ -253,7 +263,8 @@ class BatchRolloutWorkflow:
             state.scored += 1
             state.reward_sum += trajectory.reward.total
         state.infra_failed += trajectory.infra_failed
-        size = len(trajectory.model_dump_json())
+        # Bytes, as the converter writes them (characters undercounted non-ASCII text 2-4x).
+        size = json_bytes(trajectory) if self._part_bytes else len(trajectory.model_dump_json())
         if self._buffer and self._buffer_bytes + size > self._input.flush_bytes:
             await self._flush()
         self._buffer.append(trajectory)

@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from envs.rewards.rubric import Rubric
     from workflows import judging, names
     from workflows.activity_calls import call_summary, describe, error_type, execute, node_lost, timed_out
+    from workflows.budget import TrajectoryBudget
     from workflows.judging import JudgeConfig
     from workflows.schema import RolloutInput, RolloutResult, initial_search_attributes
 
@@ -93,6 +94,7 @@ class RolloutWorkflow:
         self._pending_chars = 0
         self._last_completion_tokens = 0
         self._plan_2 = False
+        self._budget = TrajectoryBudget(None)
 
     @workflow.query
     def progress(self) -> dict[str, int]:
@@ -123,6 +125,17 @@ class RolloutWorkflow:
                 self._rubric = input.judge.rubric if input.judge and input.judge.rubric else self._handle.rubric
                 self._messages = [Message(role="system", content=self._handle.system_prompt)]
                 self._messages += input.task.opening_messages()
+                self._budget = TrajectoryBudget(
+                    self._handle.payload_limit_bytes, input.task, self._handle.tools, self._rubric
+                )
+                if not self._budget.fits(self._messages):
+                    raise ApplicationError(
+                        f"task {input.task.id!r} leaves no room for a conversation under the "
+                        f"{self._handle.payload_limit_bytes}-byte payload limit; set "
+                        "GYMFLOW_PAYLOAD_STORAGE_URI for external payload storage",
+                        type=errors.INVALID_INPUT,
+                        non_retryable=True,
+                    )
                 reason = await self._agent_loop()
                 reward = await self._on_node(self._reward)
             except GeneratorExit:
@@ -164,16 +177,20 @@ class RolloutWorkflow:
                 last_prompt_tokens=result.usage.prompt_tokens,
             )
             self._last_completion_tokens = result.usage.completion_tokens
-            message = result.message
+            message, whole = self._budget.admit(result.message)
             self._messages.append(message)
+            if not whole:
+                return TerminationReason.CONTEXT_BUDGET
             workflow.set_current_details(f"turn {self._turns}: {len(message.tool_calls)} tool call(s)")
             if not message.tool_calls:
                 return TerminationReason.FINAL_ANSWER
             self._pending_chars = 0
             for call in message.tool_calls:
-                observation = await self._observe(call)
+                observation, whole = self._budget.admit(await self._observe(call))
                 self._pending_chars += len(observation.content)
                 self._messages.append(observation)
+                if not whole:
+                    return TerminationReason.CONTEXT_BUDGET
             if self._budget_hit:
                 return TerminationReason.TOOL_BUDGET
             if limits.max_output_tokens is not None and self._usage.completion_tokens >= limits.max_output_tokens:

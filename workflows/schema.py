@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import Field
+from pydantic_core import to_json
 from temporalio.common import SearchAttributePair
 
 from activities.model import ModelConfig
@@ -25,6 +26,21 @@ MAX_TIMEOUT_S = 7 * 24 * 3600.0
 """Upper bound of any timeout in the input (a larger float overflows a protobuf Duration)."""
 MAX_NAME_CHARS = 512
 """Env and model names become search attributes; the server refuses keywords over 2 KB."""
+PAYLOAD_LIMIT_BYTES = 2 * 1024 * 1024
+"""Temporal's default limit of one payload (`limit.blobSize.error`). A workflow task whose command
+carries a bigger one fails, and is retried, forever: without external payload storage rollouts
+keep their trajectories under it, and groups their results."""
+
+
+GROUP_INLINE_BYTES = 1024 * 1024
+"""A group whose conversations take more than this passes them by reference (rollout workflow ids)
+to the group reward and leaves them out of its result, which stays small with or without external
+payload storage."""
+
+
+def json_bytes(value: Any) -> int:
+    """The size of `value` as the pydantic data converter writes it (bytes of JSON)."""
+    return len(to_json(value))
 
 
 class RolloutLimits(Wire):
@@ -114,6 +130,10 @@ class GroupResult(Wire):
     """Advantage per sample (None for infra-failed samples)."""
     mean_reward: float | None
     infra_failed: int
+    messages_omitted: bool = False
+    """True when the conversations were too large to return inline (over `GROUP_INLINE_BYTES`):
+    every trajectory's `messages` is then empty, and its rollout workflow (id `rollout_id`) holds
+    them. `workers.client.iterate_groups` reads them back."""
 
 
 class RolloutOptions(Wire):
