@@ -210,15 +210,24 @@ def _live_records(state: Path) -> list[dict[str, Any]]:
 
 
 def _alive(pid: int) -> bool:
-    """Whether `pid` still runs; a zombie child of ours is reaped on the way (it is not running)."""
+    """Whether `pid` still runs; a child of ours that has exited is reaped on the way.
+
+    /proc/PID/stat shows the main thread only: a multi-threaded worker whose main thread is done
+    reads "Z" while its other threads still wind down, and cannot be reaped yet. So a process
+    counts as gone once it is reaped (our child) or every one of its threads is a zombie.
+    """
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+        with contextlib.suppress(ChildProcessError):
+            reaped, _ = os.waitpid(pid, os.WNOHANG)
+            return reaped == 0  # our child: alive until reaped
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
         return False
-    if state != "Z":
-        return True
-    # Reap it only once it is a zombie: reaping first and reading the state after raced with the
-    # exit and left a zombie behind (a fresh-clone CI failure).
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
-    return False
+    return any(_state(task / "stat") not in {"Z", "X", None} for task in tasks)
+
+
+def _state(stat: Path) -> str | None:
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
