@@ -106,3 +106,28 @@ def test_a_child_that_exited_counts_as_stopped_and_is_reaped() -> None:
     finally:
         running.kill()
         running.wait()
+
+
+def test_a_process_whose_main_thread_is_done_but_another_runs_is_alive() -> None:
+    # What a stopping worker looks like for a moment: /proc/PID/stat (the main thread) reads Z
+    # while the Temporal core's threads wind down. It must not count as stopped yet.
+    script = (
+        "import ctypes, threading, time\n"
+        "threading.Thread(target=lambda: (time.sleep(1), print('done', flush=True))).start()\n"
+        "ctypes.CDLL(None).pthread_exit(None)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        stat = Path(f"/proc/{child.pid}/stat")
+        deadline = time.monotonic() + 10
+        while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":  # the main thread has exited
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        assert launcher._alive(child.pid)
+        assert child.stdout is not None and child.stdout.readline() == b"done\n"
+        while launcher._alive(child.pid):
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        assert not stat.exists()
+    finally:
+        child.kill()
