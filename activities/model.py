@@ -32,6 +32,7 @@ from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
+import pydantic_core
 from pydantic import Field
 from temporalio import activity
 
@@ -132,6 +133,8 @@ class EndpointErrors:
     """Where its URL comes from, named when the URL is missing or invalid."""
 
 
+REPLY_SLACK_BYTES = 64 * 1024
+"""Room a reply leaves, under the payload limit, for the rest of what carries it."""
 MODEL_ENDPOINT = EndpointErrors(
     retryable=MODEL_ERROR,
     rejected=MODEL_REJECTED,
@@ -292,6 +295,8 @@ class ModelActivities:
         default_model: Model name used when `ModelConfig.model` is empty.
         api_key: Sent as ``Authorization: Bearer``; never logged or put in errors.
         http: A client to use instead of the owned one (tests); the caller closes it.
+        payload_limit_bytes: The largest payload the deployment's history takes inline (None:
+            large payloads go to external storage); a reply over it is refused, not sent.
     """
 
     def __init__(
@@ -301,7 +306,9 @@ class ModelActivities:
         default_model: str = "",
         api_key: str | None = None,
         http: aiohttp.ClientSession | None = None,
+        payload_limit_bytes: int | None = None,
     ) -> None:
+        self._payload_limit_bytes = payload_limit_bytes
         self._default_base_url = default_base_url
         self._default_model = default_model
         self._endpoint = ChatEndpoint(errors=MODEL_ENDPOINT, api_key=api_key, http=http)
@@ -330,12 +337,22 @@ class ModelActivities:
         )
         choice = completion["choices"][0]
         message = chat.parse_assistant_message(choice["message"], config.tool_format, id_prefix=f"call_{input.turn}")
-        return GenerateResult(
+        result = GenerateResult(
             message=message,
             finish_reason=str(choice.get("finish_reason") or ""),
             usage=completion_usage(completion),
             model=str(completion.get("model") or config.model or self._default_model),
         )
+        limit = self._payload_limit_bytes
+        if limit is not None and (size := len(pydantic_core.to_json(result))) > limit - REPLY_SLACK_BYTES:
+            # Temporal would refuse to record it (and word it as TMPRL1103); no model turn is this long.
+            raise non_retryable(
+                f"the model's reply is {size} bytes, over the {limit}-byte payload limit of this "
+                "deployment's history (a broken endpoint?); set GYMFLOW_PAYLOAD_STORAGE_URI to store "
+                "large payloads externally",
+                type=MODEL_ERROR,
+            )
+        return result
 
 
 async def _heartbeating(awaitable: Awaitable[_T]) -> _T:

@@ -97,19 +97,23 @@ async def running_worker(
     queue = node_queue(settings.task_queue, settings.node_id)
     # Servers and workspaces of workers that died on this host (never those of live ones).
     reap_orphans(settings.workspace_root)
+    # Without external storage a payload over Temporal's limit would fail workflow tasks forever:
+    # rollouts keep their trajectories under it (workflows.budget), model replies are refused over it.
+    payload_limit = None if client.data_converter.external_storage else PAYLOAD_LIMIT_BYTES
     env_activities = EnvActivities(
         node_id=settings.node_id,
         node_queue=queue,
         workspace_root=settings.workspace_root / settings.node_id,
         env_kwargs=env_kwargs,
         common_env_kwargs={"pool_size": settings.mcp_pool_size},
-        # Without external storage a payload over Temporal's limit would fail workflow tasks forever:
-        # rollouts keep their trajectories under it (workflows.rollout).
-        payload_limit_bytes=None if client.data_converter.external_storage else PAYLOAD_LIMIT_BYTES,
+        payload_limit_bytes=payload_limit,
     )
     api_key = settings.model_api_key.get_secret_value() if settings.model_api_key else None
     model_activities = ModelActivities(
-        default_base_url=settings.model_url, default_model=settings.model_name, api_key=api_key
+        default_base_url=settings.model_url,
+        default_model=settings.model_name,
+        api_key=api_key,
+        payload_limit_bytes=payload_limit,
     )
     storage = StorageActivities(default_uri=settings.results_uri, s3_endpoint_url=settings.s3_endpoint_url)
     judge_key = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None

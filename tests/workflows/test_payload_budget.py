@@ -83,6 +83,25 @@ async def test_a_conversation_at_the_payload_limit_stops_the_rollout_instead_of_
     assert largest_payload(events) < PAYLOAD_LIMIT_BYTES
 
 
+async def test_a_reply_over_the_payload_limit_is_a_clear_model_error_not_retried(
+    client: Client, worker: RunningWorker
+) -> None:
+    async with PolicyServer(ScriptedPolicy([Message(role="assistant", content="a" * 2_500_000)])) as server:
+        handle = await client.start_workflow(
+            "RolloutWorkflow",
+            RolloutInput(env="math-inproc", task=TASK, model=ModelConfig(base_url=server.url)),
+            id=f"huge-reply-{uuid.uuid4().hex[:8]}",
+            task_queue=worker.task_queue,
+            result_type=dict,
+        )
+        result = await handle.result()
+    assert result["termination"] == TerminationReason.MODEL_ERROR and result["infra_failed"]
+    assert "over the 2097152-byte payload limit" in result["error"] and "TMPRL" not in result["error"]
+    events = (await handle.fetch_history()).events
+    started = [e for e in events if e.HasField("activity_task_started_event_attributes")]
+    assert [e.activity_task_started_event_attributes.attempt for e in started][:2] == [1, 1]  # init, one generate
+
+
 async def test_a_task_too_large_for_any_conversation_is_invalid_input(client: Client, worker: RunningWorker) -> None:
     task = Task(id="huge", prompt="x" * 1_100_000, ground_truth="5")
     async with PolicyServer(ScriptedPolicy([Message(role="assistant", content="5")])) as server:
