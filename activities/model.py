@@ -32,13 +32,12 @@ from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
-import pydantic_core
 from pydantic import Field
 from temporalio import activity
 
 from activities.errors import CONTEXT_LENGTH, MODEL_ERROR, MODEL_REJECTED, non_retryable, retryable
 from envs import chat
-from envs.contract import Message, ToolSpec, Usage, Wire
+from envs.contract import Message, ToolSpec, Usage, Wire, json_bytes
 
 _T = TypeVar("_T")
 
@@ -344,7 +343,7 @@ class ModelActivities:
             model=str(completion.get("model") or config.model or self._default_model),
         )
         limit = self._payload_limit_bytes
-        if limit is not None and (size := len(pydantic_core.to_json(result))) > limit - REPLY_SLACK_BYTES:
+        if limit is not None and (size := json_bytes(result)) > limit - REPLY_SLACK_BYTES:
             # Temporal would refuse to record it (and word it as TMPRL1103); no model turn is this long.
             raise non_retryable(
                 f"the model's reply is {size} bytes, over the {limit}-byte payload limit of this "

@@ -181,16 +181,12 @@ def down_local(*, data_dir: Path, ranks: list[int] | None = None, timeout_s: flo
         with contextlib.suppress(ProcessLookupError):
             os.killpg(record["pid"], signal.SIGTERM)
         stopped.append(record["pid"])
-    deadline = time.monotonic() + timeout_s
-    while any(_alive(pid) for pid in stopped) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _wait_gone(stopped, timeout_s)
     for pid in stopped:
         if _alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-    deadline = time.monotonic() + KILL_CONFIRM_S  # a SIGKILLed process still takes a moment to go
-    while any(_alive(pid) for pid in stopped) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _wait_gone(stopped, KILL_CONFIRM_S)  # a SIGKILLed process still takes a moment to go
     for path in state.glob("rank-*.json"):
         record = json.loads(path.read_text())
         if ranks is None or record["rank"] in ranks:
@@ -207,6 +203,12 @@ def _live_records(state: Path) -> list[dict[str, Any]]:
             if start_time(record["pid"]) == record["start"]:
                 records.append(record)
     return records
+
+
+def _wait_gone(pids: list[int], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _alive(pid: int) -> bool:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import to_json
 
 if TYPE_CHECKING:  # envs.rewards.rubric imports this module
     from envs.rewards.rubric import Rubric
@@ -36,6 +37,11 @@ class Wire(BaseModel):
     """Base of every wire type: unknown fields are rejected so a typo in JSON input is loud."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+def json_bytes(value: Any) -> int:
+    """The size of `value` as the pydantic data converter writes it (bytes of JSON)."""
+    return len(to_json(value))
 
 
 class ToolSpec(Wire):

@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from activities import errors
     from activities.env import EnvActivities, GroupRewardInput
     from activities.storage import LoadTasksInput, StorageActivities, WriteJsonlInput
-    from envs.contract import Reward, Task, TerminationReason, Trajectory
+    from envs.contract import Reward, Task, TerminationReason, Trajectory, json_bytes
     from envs.rewards.group import group_advantages
     from workflows import names
     from workflows.activity_calls import describe, error_type, execute
@@ -39,7 +39,6 @@ with workflow.unsafe.imports_passed_through():
         GroupResult,
         RolloutInput,
         initial_search_attributes,
-        json_bytes,
     )
 
 

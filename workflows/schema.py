@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import Field
-from pydantic_core import to_json
 from temporalio.common import SearchAttributePair
 
 from activities.model import ModelConfig
@@ -36,11 +35,6 @@ GROUP_INLINE_BYTES = 1024 * 1024
 """A group whose conversations take more than this passes them by reference (rollout workflow ids)
 to the group reward and leaves them out of its result, which stays small with or without external
 payload storage."""
-
-
-def json_bytes(value: Any) -> int:
-    """The size of `value` as the pydantic data converter writes it (bytes of JSON)."""
-    return len(to_json(value))
 
 
 class RolloutLimits(Wire):

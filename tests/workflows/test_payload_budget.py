@@ -13,7 +13,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
 from activities.model import ModelConfig
-from envs.contract import Message, Task, TerminationReason
+from envs.contract import Message, Task, TerminationReason, json_bytes
 from envs.registry import register
 from support import InProcessMathEnv, ScriptedPolicy, call
 from workers.client import with_messages
@@ -21,7 +21,7 @@ from workers.policy_server import PolicyServer
 from workers.worker import RunningWorker
 from workflows.budget import SLACK_BYTES, TrajectoryBudget
 from workflows.group import GroupRolloutWorkflow
-from workflows.schema import PAYLOAD_LIMIT_BYTES, GroupInput, RolloutInput, RolloutLimits, json_bytes
+from workflows.schema import PAYLOAD_LIMIT_BYTES, GroupInput, RolloutInput, RolloutLimits
 
 TASK = Task(id="t", prompt="2+3?", ground_truth="5")
 
