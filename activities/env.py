@@ -71,6 +71,9 @@ class RolloutHandle(Wire):
     payload_limit_bytes: int | None = None
     """The largest payload the deployment's history takes inline; None where large payloads go to
     external storage (or for handles recorded before this field existed: no limit is enforced)."""
+    opening_messages: list[Message] | None = None
+    """The task's opening messages with their placeholders (`{workspace}`, `{rollout_id}`) filled
+    in; None when they have none (the workflow uses the task's own, history carries no copy)."""
 
 
 class CallToolInput(Wire):
@@ -111,6 +114,13 @@ def state_key(rollout_id: str, incarnation: int) -> str:
     return f"{rollout_id}#{incarnation}"
 
 
+def fill_placeholders(text: str, values: Mapping[str, str]) -> str:
+    """`text` with each `{name}` of `values` replaced; other braces (JSON, LaTeX) are left alone."""
+    for name, value in values.items():
+        text = text.replace(f"{{{name}}}", value)
+    return text
+
+
 def truncate(text: str, limit: int) -> tuple[str, int]:
     """Cut `text` to about `limit` chars keeping head and tail, with a visible marker."""
     if len(text) <= limit:
@@ -143,6 +153,8 @@ class EnvActivities:
         # ignores what it does not use, and per-env kwargs override them.
         self._common_env_kwargs = dict(common_env_kwargs or {})
         self._envs: dict[str, BaseEnv] = {}
+        self._held: dict[tuple[str, str], str] = {}
+        """(env, state key) -> id of the workflow whose rollout holds that state on this node."""
 
     def env(self, name: str) -> BaseEnv:
         """The worker's instance of env `name`, created on first use."""
@@ -165,7 +177,10 @@ class EnvActivities:
         try:
             await _with_heartbeat(env.init_rollout(key, **input.task.init_args))
             tools = await env.list_tools()
-            system_prompt = await env.get_system_prompt(input.task)
+            values = {"rollout_id": input.rollout_id, **env.placeholders(key)}
+            system_prompt = fill_placeholders(await env.get_system_prompt(input.task), values)
+            opening = input.task.opening_messages()
+            filled = [m.model_copy(update={"content": fill_placeholders(m.content, values)}) for m in opening]
             rubric = env.rubric(input.task)
         except InfraError as exc:
             await env.release_rollout(key)
@@ -173,6 +188,7 @@ class EnvActivities:
         except (TypeError, ValueError, ToolError) as exc:
             await env.release_rollout(key)
             raise errors.non_retryable(f"invalid init_args for {input.env}: {exc}", type=errors.ENV_CONFIG) from exc
+        self._held[(input.env, key)] = activity.info().workflow_id or input.rollout_id
         return RolloutHandle(
             state_key=key,
             node_id=self.node_id,
@@ -183,6 +199,7 @@ class EnvActivities:
             stateless=env.stateless,
             rubric=rubric,
             payload_limit_bytes=self.payload_limit_bytes,
+            opening_messages=filled if filled != opening else None,
         )
 
     @activity.defn(name="call_tool")
@@ -232,15 +249,14 @@ class EnvActivities:
         except (ValidationError, ValueError, TypeError) as exc:
             raise errors.non_retryable(f"invalid reward from {input.env}: {exc}", type=errors.REWARD_ERROR) from exc
         if input.release:
-            await self._release(env, input.state_key)
+            await self._release_after_reward(input.env, input.state_key)
         return reward
 
-    @staticmethod
-    async def _release(env: BaseEnv, key: str) -> None:
+    async def _release_after_reward(self, name: str, key: str) -> None:
         # The reward is computed: a failing release must not lose it. Whatever a release leaves
         # behind is freed when the worker shuts down, or by the next worker's orphan reaper.
         try:
-            await env.release_rollout(key)
+            await self.release(name, key)
         except Exception:
             log.warning("release of %s after its reward failed", key, exc_info=True)
 
@@ -267,10 +283,20 @@ class EnvActivities:
     @activity.defn(name="release_rollout")
     async def release_rollout(self, input: ReleaseInput) -> None:
         """Free the rollout's state. Idempotent."""
-        await self.env(input.env).release_rollout(input.state_key)
+        await self.release(input.env, input.state_key)
+
+    async def release(self, name: str, key: str) -> None:
+        """Free one rollout state of env `name` (idempotent); what the activity and the reaper call."""
+        self._held.pop((name, key), None)
+        await self.env(name).release_rollout(key)
+
+    def held(self) -> dict[tuple[str, str], str]:
+        """(env, state key) -> workflow id, for every rollout state this node holds."""
+        return dict(self._held)
 
     async def shutdown(self) -> None:
         """Release every rollout of every env (worker exit)."""
+        self._held.clear()
         await asyncio.gather(*(env.shutdown() for env in self._envs.values()), return_exceptions=True)
 
 

@@ -40,6 +40,8 @@ REWARD_ERROR = "RewardError"
 # Inputs
 INVALID_INPUT = "InvalidInput"
 """Non-retryable: workflow or activity input failed validation; the message names the field."""
+SESSION_ENDED = "SessionEnded"
+"""An update reached a trainer-driven session whose episode is already over (workflows.session)."""
 
 # Storage
 STORAGE_ERROR = "StorageError"

@@ -38,6 +38,7 @@ from temporalio import activity
 from activities.errors import CONTEXT_LENGTH, MODEL_ERROR, MODEL_REJECTED, non_retryable, retryable
 from envs import chat
 from envs.contract import Message, ToolSpec, Usage, Wire, json_bytes
+from envs.tokens import TokenPrefix, TurnTokens, completion_token_data, turn_tokens
 
 _T = TypeVar("_T")
 
@@ -82,6 +83,12 @@ class ModelConfig(Wire):
     OpenAI client's ``extra_body`` is."""
     request_timeout_s: float = Field(default=300, gt=0, le=7 * 24 * 3600)
     """Seconds to wait for one completion before the attempt fails (and is retried)."""
+    tokens: Literal["off", "vllm", "sglang"] = "off"
+    """Record per turn the prompt and completion token ids and logprobs (`Trajectory.tokens`):
+    ``vllm`` asks with ``logprobs``, ``return_token_ids`` and ``return_tokens_as_token_ids`` (vLLM
+    0.10.2+ answers ``prompt_token_ids``/``token_ids``; older ones only the ``token_id:N`` logprob
+    tokens), ``sglang`` with ``logprobs`` and ``return_token_ids``. Either shape of answer is read.
+    A turn whose answer has no token data is recorded without (`Trajectory.token_sequence` names it)."""
     local_activity: bool = False
     """Run each turn as a local activity of the workflow's worker: one server round trip per turn
     fewer and no conversation in history, for short turns. A generation then holds a workflow task
@@ -101,6 +108,9 @@ class GenerateInput(Wire):
     """The rollout this turn belongs to (for logs)."""
     turn: int
     """Turn number within the rollout; makes generated tool call ids unique."""
+    token_prefix: TokenPrefix | None = None
+    """The previous turn's prompt + completion tokens (length, digest), when token data is on: the
+    prompt is checked to extend it and only the new tokens are recorded (envs.tokens)."""
 
 
 class GenerateResult(Wire):
@@ -116,6 +126,10 @@ class GenerateResult(Wire):
     """This turn's tokens; ``last_prompt_tokens`` equals ``prompt_tokens``."""
     model: str
     """The model name the server reported."""
+    tokens: TurnTokens | None = None
+    """This turn's token ids and logprobs, when `ModelConfig.tokens` is on and the endpoint gave them."""
+    token_prefix: TokenPrefix | None = None
+    """This turn's prompt + completion, for the next turn's `GenerateInput.token_prefix`."""
 
 
 @dataclass(frozen=True)
@@ -269,6 +283,10 @@ def chat_body(
         "stop": config.stop,
     }
     body.update((key, value) for key, value in sampling.items() if value is not None)
+    if config.tokens != "off":
+        body.update(logprobs=True, top_logprobs=0, return_token_ids=True)
+        if config.tokens == "vllm":
+            body["return_tokens_as_token_ids"] = True
     body.update(config.extra_body)
     return body
 
@@ -342,6 +360,16 @@ class ModelActivities:
             usage=completion_usage(completion),
             model=str(completion.get("model") or config.model or self._default_model),
         )
+        if config.tokens != "off":
+            prompt_ids, completion_ids, logprobs = completion_token_data(completion)
+            if prompt_ids is not None and completion_ids is not None:
+                result.tokens, result.token_prefix = turn_tokens(
+                    turn=input.turn,
+                    prompt_ids=prompt_ids,
+                    completion_ids=completion_ids,
+                    logprobs=logprobs,
+                    prefix=input.token_prefix,
+                )
         limit = self._payload_limit_bytes
         if limit is not None and (size := json_bytes(result)) > limit - REPLY_SLACK_BYTES:
             # Temporal would refuse to record it (and word it as TMPRL1103); no model turn is this long.

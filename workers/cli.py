@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -17,6 +18,21 @@ from workers import server as embedded
 from workers.config import Settings
 
 
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def json_text(value: Any) -> str:
+    """`--json` output: valid JSON always (NaN and infinities become null, never `NaN`)."""
+    return json.dumps(_finite(value), indent=2, default=str, allow_nan=False)
+
+
 def _settings(args: argparse.Namespace) -> Settings:
     overrides = {
         key: value
@@ -24,6 +40,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             "temporal_address": getattr(args, "address", None),
             "task_queue": getattr(args, "task_queue", None),
             "data_dir": getattr(args, "data_dir", None),
+            "ui_port": getattr(args, "ui_port", None),
         }.items()
         if value is not None
     }
@@ -38,6 +55,9 @@ def _batch_args(parser: argparse.ArgumentParser, *, n: int) -> None:
     parser.add_argument("--model-url", help="OpenAI-compatible endpoint (…/v1); default: the env's baseline policy")
     parser.add_argument("--model", default="", help="model name sent to the endpoint")
     parser.add_argument("--tool-format", choices=["native", "hermes"], default="native")
+    parser.add_argument(
+        "--tokens", choices=["off", "vllm", "sglang"], default="off", help="record token ids/logprobs (in --json)"
+    )
     parser.add_argument("--policy", default="default", help="baseline policy name when no --model-url")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--max-turns", type=int, default=10)
@@ -48,6 +68,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", help="Temporal frontend host:port (GYMFLOW_TEMPORAL_ADDRESS)")
     parser.add_argument("--task-queue", help="shared task queue (GYMFLOW_TASK_QUEUE)")
     parser.add_argument("--data-dir", type=Path, help="server data directory (GYMFLOW_DATA_DIR)")
+    parser.add_argument(
+        "--ui-port",
+        type=int,
+        help="Web UI port (GYMFLOW_UI_PORT; default: what `gymflow server` recorded, else port + 1000)",
+    )
 
 
 def _deploy_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,9 +91,24 @@ def _deploy_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
             d.add_argument("--dryrun", action="store_true", help="print the task, launch nothing")
 
 
+def _look_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`gymflow inspect` and `gymflow status`."""
+    p = sub.add_parser("inspect", help="a rollout's turns, tool calls, reward and timings, from its history")
+    _common(p)
+    p.add_argument("workflow_id", metavar="ROLLOUT_ID", help="workflow id of a rollout (or of a batch / group)")
+    p.add_argument("--run-id", help="a specific run (default: the latest)")
+    p.add_argument("--full", action="store_true", help="do not shorten tool results and replies")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+
+    p = sub.add_parser("status", help="running batches, groups, dataset and training runs, with progress")
+    _common(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+
+
 def _codec_server_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`gymflow codec-server`: Temporal's codec server protocol over the payload encryption keys."""
     p = sub.add_parser("codec-server", help="serve the payload codec so the Web UI / temporal CLI can read rollouts")
+    _common(p)
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (keep it private)")
     p.add_argument("--port", type=int, default=8081)
     p.add_argument(
@@ -79,16 +119,49 @@ def _codec_server_args(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     )
 
 
+def _dataset_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`gymflow dataset generate|show`: DatasetGenerationWorkflow runs and the datasets they write."""
+    p = sub.add_parser("dataset", help="generate a dataset (corpus, traces, env generator) or show one")
+    dsub = p.add_subparsers(dest="dataset_command", required=True)
+    g = dsub.add_parser("generate", help="run a DatasetGenerationWorkflow with a progress bar")
+    _common(g)
+    g.add_argument("--source", required=True, help="corpus:DIR|s3://..., traces:FILE, or env:NAME")
+    g.add_argument("--n", type=int, required=True, help="accepted items wanted")
+    g.add_argument(
+        "--out", help="dataset URI: a directory or s3://bucket/prefix (default: <data dir>/results/datasets/ID)"
+    )
+    g.add_argument("--env", help="env the rows are for (default: search, traces, or the source env)")
+    g.add_argument("--generator", choices=["offline", "model"], default="offline")
+    g.add_argument("--model-url", help="OpenAI-compatible endpoint (…/v1) for --generator model")
+    g.add_argument("--model", default="", help="model name sent to the endpoint")
+    g.add_argument("--judge-url", help="judge endpoint (…/v1): grounding check / trace reward labels")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--eval-fraction", type=float, default=0.2)
+    g.add_argument("--batch-size", type=int, default=64)
+    g.add_argument("--no-worker", action="store_true", help="rely on running workers instead of an in-process one")
+    g.add_argument("--json", action="store_true", help="print the result as JSON")
+    s = dsub.add_parser("show", help="counts, rejections by reason and samples of a dataset")
+    s.add_argument("uri", help="dataset directory or URI")
+    s.add_argument("--samples", type=int, default=3)
+    s.add_argument("--json", action="store_true")
+
+
+def _train_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`gymflow train launch|list|status|logs|cancel` (workers.train_cli)."""
+    from workers.train_cli import add_train_args
+
+    add_train_args(sub, _common)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="gymflow", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("server", help="run the embedded Temporal server (UI on :8233)")
+    p = sub.add_parser("server", help="run the embedded Temporal server (UI on --port + 1000: 8233)")
     _common(p)
     p.add_argument("--port", type=int, default=7233)
-    p.add_argument("--ui-port", type=int, default=8233)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--background", action="store_true", help="start detached and return")
     mode.add_argument("--stop", action="store_true", help="stop a server started with --background or by demo")
@@ -109,11 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="evaluate a policy (vs a baseline) with bootstrap confidence intervals")
     _common(p)
     p.add_argument("env", help="env name")
-    p.add_argument("--policy", required=True, help="an OpenAI-compatible URL (…/v1) or a baseline policy name")
+    p.add_argument("--policy", default="default", help="an OpenAI-compatible URL (…/v1) or a baseline policy name")
     p.add_argument("--baseline", help="a second policy to compare against (URL or baseline name)")
     p.add_argument("--n", type=int, default=32, help="number of tasks")
     p.add_argument("--samples", type=int, default=1, help="samples per task (for pass@k)")
-    p.add_argument("--dataset", default="generated")
+    p.add_argument("--dataset", default="generated", help="`generated`, a dataset path or URI (search: a dataset URI)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="", help="model name sent to the endpoint")
     p.add_argument("--tool-format", choices=["native", "hermes"], default="native")
@@ -132,8 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
 
+    _look_args(sub)
     _codec_server_args(sub)
     _deploy_args(sub)
+    _dataset_args(sub)
+    _train_args(sub)
     sub.add_parser("envs", help="list the registered envs")
     return parser
 
@@ -143,7 +219,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
-        return _dispatch(args)
+        code = _dispatch(args)
+        if argv is None and args.command in {"inspect", "status"}:
+            # A short-lived client process can abort in interpreter teardown while the SDK's Rust
+            # threads wind down (temporalio/sdk-python#300, "PyGILState_Release ... finalizing"):
+            # the output is complete, so the console script leaves without the teardown.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        return code
     except (embedded.ServerError, UnknownEnvError, EnvFileError) as exc:
         print(f"gymflow: {exc}", file=sys.stderr)
         return 2
@@ -170,8 +254,16 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _server(args, settings)
     if args.command == "deploy":
         return _deploy(args, settings)
+    if args.command == "train":
+        from workers.train_cli import run_train
+
+        return run_train(args, settings)
     if args.command == "eval":
         return _eval(args, settings)
+    if args.command == "dataset":
+        return _dataset(args, settings)
+    if args.command in {"inspect", "status"}:
+        return asyncio.run(_look(args, settings))
     if args.command == "worker":
         from workers.worker import run_worker
 
@@ -185,13 +277,14 @@ def _server(args: argparse.Namespace, settings: Settings) -> int:
         stopped = embedded.stop_background(data_dir=settings.data_dir)
         print("server stopped" if stopped else "no background server recorded", file=sys.stderr)
         return 0
+    ui_port = args.ui_port or args.port + 1000
     if args.background:
-        pid = embedded.start_background(data_dir=settings.data_dir, port=args.port, ui_port=args.ui_port)
-        print(f"Temporal server started (pid {pid}); UI at http://localhost:{args.ui_port}", file=sys.stderr)
+        pid = embedded.start_background(data_dir=settings.data_dir, port=args.port, ui_port=ui_port)
+        print(f"Temporal server started (pid {pid}); UI at http://localhost:{ui_port}", file=sys.stderr)
         return 0
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    command = embedded.dev_server_command(data_dir=settings.data_dir, port=args.port, ui_port=args.ui_port)
-    print(f"Temporal server on :{args.port}, UI at http://localhost:{args.ui_port}", file=sys.stderr)
+    embedded.record(data_dir=settings.data_dir, port=args.port, ui_port=ui_port)
+    command = embedded.dev_server_command(data_dir=settings.data_dir, port=args.port, ui_port=ui_port)
+    print(f"Temporal server on :{args.port}, UI at http://localhost:{ui_port}", file=sys.stderr)
     os.execv(command[0], command)
     return 0  # pragma: no cover - execv does not return
 
@@ -210,12 +303,14 @@ def _codec_server(args: argparse.Namespace, settings: Settings) -> int:
     if codec is None:
         print("gymflow codec-server: set GYMFLOW_ENCRYPTION_KEY (the key the workers encrypt with)", file=sys.stderr)
         return 2
-    origins = args.origins or [f"http://localhost:{settings.ui_port}", f"http://127.0.0.1:{settings.ui_port}"]
+    port = settings.web_ui_port
+    origins = args.origins or [f"http://localhost:{port}", f"http://127.0.0.1:{port}"]
     auth = settings.codec_auth.get_secret_value() if settings.codec_auth else None
     app = codec_app(codec, origins=origins, authorization=auth)
+    login = f"; browsers log in once at http://localhost:{args.port}/login" if auth else ""
     print(
         f"codec server on http://{args.host}:{args.port} (key {codec.key_id}; origins {', '.join(origins)}; "
-        f"auth {'required' if auth else 'off'})",
+        f"auth {'required' if auth else 'off'}{login})",
         file=sys.stderr,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
@@ -233,6 +328,7 @@ def _batch(args: argparse.Namespace, settings: Settings) -> int:
         model_url=args.model_url,
         model=args.model,
         tool_format=args.tool_format,
+        tokens=args.tokens,
         policy=args.policy,
         concurrency=args.concurrency,
         max_turns=args.max_turns,
@@ -241,7 +337,7 @@ def _batch(args: argparse.Namespace, settings: Settings) -> int:
     )
     report = asyncio.run(run_batch(options, settings))
     if args.json:
-        print(json.dumps({"summary": report.summary(), "rollouts": report.rows()}, indent=2))
+        print(json_text({"summary": report.summary(), "rollouts": report.rows()}))
     else:
         print(format_table(report))
         print(f"\nOpen the batch in the Temporal Web UI: {report.ui_url}")
@@ -254,7 +350,7 @@ def _batch(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _eval(args: argparse.Namespace, settings: Settings) -> int:
-    from workers.evaluate import EvalOptions, run_eval
+    from workers.evaluate import EvalOptions, format_summary, run_eval
 
     options = EvalOptions(
         env=args.env,
@@ -273,12 +369,63 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
         reps=args.reps,
     )
     summary = asyncio.run(run_eval(options, settings))
+    print(json_text(summary) if args.json else format_summary(summary))
+    return 0
+
+
+def _dataset(args: argparse.Namespace, settings: Settings) -> int:
+    from workers import datasets
+
+    if args.dataset_command == "show":
+        try:
+            summary = datasets.show(args.uri, samples=args.samples)
+        except (OSError, ValueError) as exc:
+            print(f"gymflow dataset show: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(summary, indent=2) if args.json else datasets.format_show(summary))
+        return 0
+    options = datasets.GenerateOptions(
+        source=args.source, n=args.n, out=args.out, env=args.env, generator=args.generator,
+        model_url=args.model_url, model=args.model, judge_url=args.judge_url, seed=args.seed,
+        eval_fraction=args.eval_fraction, batch_size=args.batch_size, local_worker=not args.no_worker,
+    )  # fmt: skip
+    from temporalio.client import WorkflowFailureError
+
+    try:
+        result = asyncio.run(datasets.run_generate(options, settings))
+    except ValueError as exc:  # a bad --source or option
+        print(f"gymflow dataset generate: {exc}", file=sys.stderr)
+        return 2
+    except WorkflowFailureError as exc:  # e.g. a corpus with no usable document: the cause says so
+        print(f"gymflow dataset generate: {exc.cause or exc}", file=sys.stderr)
+        return 1
     if args.json:
-        print(json.dumps(summary, indent=2, default=str))
+        print(result.model_dump_json(indent=2))
     else:
-        report_md = Path(summary["out_dir"]) / "report.md"
-        print(report_md.read_text())
-        print(f"report, data and plots: {summary['out_dir']}")
+        splits = ", ".join(f"{k} {v}" for k, v in result.splits.items())
+        print(f"{result.accepted} items ({splits}), {result.rejected} rejected: {result.uri}")
+        print(f"see them with `gymflow dataset show {result.uri}`")
+    return 0 if result.target_met else 1
+
+
+async def _look(args: argparse.Namespace, settings: Settings) -> int:
+    """`gymflow inspect` and `gymflow status`: read-only views of what the server holds."""
+    from temporalio.service import RPCError
+
+    from workers import inspect, status
+    from workers.runner import connect_or_start
+
+    client = await connect_or_start(settings, start_server=False, out=sys.stderr)
+    if args.command == "status":
+        found = await status.collect(client, ui_url=settings.ui_url)
+        print(json_text(found.as_json()) if args.json else status.render(found))
+        return 0
+    try:
+        seen = await inspect.inspect_workflow(client, args.workflow_id, run_id=args.run_id, ui_url=settings.ui_url)
+    except RPCError as exc:
+        print(f"gymflow inspect: {args.workflow_id}: {exc.message}", file=sys.stderr)
+        return 2
+    print(json_text(seen.as_json()) if args.json else inspect.render(seen, width=None if args.full else 160))
     return 0
 
 

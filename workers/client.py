@@ -43,10 +43,8 @@ from envs.contract import Task, Trajectory
 from workers.codec import EncryptionCodec
 from workers.config import Settings
 from workflows import names
-from workflows.group import GroupRolloutWorkflow
 from workflows.rollout import RolloutWorkflow
 from workflows.schema import (
-    GroupInput,
     GroupResult,
     RolloutInput,
     RolloutOptions,
@@ -98,10 +96,10 @@ async def with_messages(client: Client, group: GroupResult) -> GroupResult:
     async def read(trajectory: Trajectory) -> Trajectory:
         handle = client.get_workflow_handle(trajectory.rollout_id, result_type=Trajectory)
         try:
-            messages = (await handle.result()).messages
+            full = await handle.result()
         except WorkflowFailureError:  # a rollout that failed outright has no conversation
             return trajectory
-        return trajectory.model_copy(update={"messages": messages})
+        return trajectory.model_copy(update={"messages": full.messages, "tokens": full.tokens})
 
     trajectories = await asyncio.gather(*(read(t) for t in group.trajectories))
     return group.model_copy(update={"trajectories": list(trajectories), "messages_omitted": False})
@@ -216,35 +214,25 @@ async def iterate_groups(
     concurrency: int = 8,
     scale_by_std: bool = True,
 ) -> AsyncIterator[GroupResult]:
-    """The trainer entry: `n` samples of every task as GRPO groups, yielded as each group finishes.
+    """`n` samples of every task as GRPO groups, yielded as each group finishes (a fresh batch).
 
-    Each group is a GroupRolloutWorkflow, so a trainer that crashes can re-attach to groups by
-    workflow id; advantages come attached (None for infra-failed samples, which must be dropped).
+    The trainer entry with resumable batches and back-pressure is `GymflowClient.rollout_groups`
+    (workers.groups), which this calls.
 
         async for group in iterate_groups(client, "math", tasks, n=8, options=opts):
             for trajectory, advantage in zip(group.trajectories, group.advantages):
                 ...
     """
-    opts = options or RolloutOptions()
-    semaphore = asyncio.Semaphore(concurrency)
+    from workers.groups import rollout_groups
 
-    async def one(task: Task) -> GroupResult:
-        rollout = RolloutInput(
-            env=env, task=task, model=opts.model, limits=opts.limits, retry=opts.retry, judge=opts.judge
-        )
-        async with semaphore:
-            group = await client.execute_workflow(
-                GroupRolloutWorkflow.run,
-                GroupInput(rollout=rollout, n=n, scale_by_std=scale_by_std),
-                id=f"group-{task.id}-{uuid.uuid4().hex[:8]}",
-                task_queue=task_queue,
-            )
-            return await with_messages(client, group)
-
-    pending = [asyncio.create_task(one(task)) for task in tasks]
-    try:
-        for next_done in asyncio.as_completed(pending):
-            yield await next_done
-    finally:
-        for task in pending:
-            task.cancel()
+    async for group in rollout_groups(
+        client,
+        tasks,
+        env=env,
+        n=n,
+        options=options,
+        task_queue=task_queue,
+        max_in_flight=concurrency,
+        scale_by_std=scale_by_std,
+    ):
+        yield group

@@ -13,10 +13,23 @@ the id is derived from the key (the first 8 hex digits of its SHA-256).
 
 The codec server (`gymflow codec-server`) speaks Temporal's codec server protocol: `POST /encode`
 and `POST /decode` with `{"payloads": [...]}` in protobuf JSON, CORS for the Web UI's origin and
-an optional required `Authorization` header. Point the Web UI's "codec server" setting, or
+optional auth. Point the Web UI's "codec server" setting, or
 `temporal workflow show --codec-endpoint URL [--codec-auth VALUE]`, at it to read encrypted
 rollouts. It decrypts with the keys of its own configuration and must only listen where the
 people allowed to read rollouts can reach it.
+
+Auth (`GYMFLOW_CODEC_AUTH`), two ways in:
+
+* The CLI sends the exact value as its `Authorization` header (`--codec-auth VALUE`).
+* A browser logs in once: `GET /login` shows a form, posting the value there sets an HttpOnly,
+  `SameSite=Strict` session cookie (an HMAC of the value, so the value itself is never stored in
+  the browser; changing it logs every browser out). The Web UI then sends the cookie with every
+  decode when its codec setting "Include cross-origin credentials" is on: the UI and the codec
+  server are the same site (same host, other ports), so the cookie travels, and the CORS policy
+  (the UI's origins only, credentials allowed) keeps every other page from reading the answer.
+  The UI's other option, passing the user's access token, needs an HTTPS codec endpoint and an
+  OAuth-enabled UI, which the embedded dev server has not; a gymflow codec server does not check
+  such tokens.
 """
 
 from __future__ import annotations
@@ -36,7 +49,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import PayloadCodec
@@ -141,20 +154,59 @@ class EncryptionCodec(PayloadCodec):
         return Payload.FromString(plain)
 
 
+SESSION_COOKIE = "gymflow_codec_session"
+SESSION_SECONDS = 7 * 24 * 3600
+_LOGIN_PAGE = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>gymflow codec server</title></head>
+<body style="font-family: system-ui, sans-serif; max-width: 40em; margin: 3em auto">
+<h1>gymflow codec server</h1><p>{message}</p>
+<form method="post" action="login"><label>Codec auth value (GYMFLOW_CODEC_AUTH)
+<input type="password" name="auth" autocomplete="off" autofocus></label> <button type="submit">Log in</button></form>
+<p>Then, in the Temporal Web UI's codec server settings, turn on <b>Include cross-origin credentials</b>.</p>
+</body></html>"""
+
+
+def session_token(authorization: str) -> str:
+    """The browser session cookie's value for an auth value (an HMAC: the cookie never holds the value)."""
+    return hmac.new(authorization.encode(), b"gymflow codec browser session", hashlib.sha256).hexdigest()
+
+
 def codec_app(codec: PayloadCodec, *, origins: Sequence[str] = (), authorization: str | None = None) -> Starlette:
-    """The codec server: `POST /encode` and `POST /decode` (also under `/{namespace}/`).
+    """The codec server: `POST /encode` and `POST /decode` (also under `/{namespace}/`), `GET|POST /login`.
 
     Args:
         codec: The codec applied to each request's payloads.
         origins: Browser origins allowed to call it (the Web UI, e.g. `http://localhost:8233`).
-        authorization: When set, requests must carry exactly this `Authorization` header value.
+        authorization: When set, requests must carry exactly this `Authorization` header value, or the
+            session cookie `/login` sets for it.
     """
+    session = session_token(authorization) if authorization is not None else None
+
+    def allowed(request: Request) -> bool:
+        if authorization is None or session is None:
+            return True
+        header = request.headers.get("authorization", "").encode()
+        cookie = request.cookies.get(SESSION_COOKIE, "").encode()
+        return hmac.compare_digest(header, authorization.encode()) or hmac.compare_digest(cookie, session.encode())
+
+    async def login(request: Request) -> Response:
+        if authorization is None or session is None:
+            return HTMLResponse(_LOGIN_PAGE.format(message="This codec server requires no login."))
+        if request.method == "GET":
+            state = "You are logged in." if allowed(request) else "Log in to decode payloads in the Web UI."
+            return HTMLResponse(_LOGIN_PAGE.format(message=state))
+        form = await request.form()
+        given = str(form.get("auth", "")).encode()
+        if not hmac.compare_digest(given, authorization.encode()):
+            return HTMLResponse(_LOGIN_PAGE.format(message="Wrong value; try again."), status_code=401)
+        response = HTMLResponse(_LOGIN_PAGE.format(message="Logged in: the Web UI can now decode payloads."))
+        response.set_cookie(
+            SESSION_COOKIE, session, max_age=SESSION_SECONDS, httponly=True, samesite="strict", path="/"
+        )
+        return response
 
     def handler(encode: bool) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            if authorization is not None and not hmac.compare_digest(
-                request.headers.get("authorization", "").encode(), authorization.encode()
-            ):
+            if not allowed(request):
                 return JSONResponse({"message": "unauthorized"}, status_code=401)
             try:
                 payloads = json_format.Parse(await request.body(), Payloads())
@@ -169,7 +221,7 @@ def codec_app(codec: PayloadCodec, *, origins: Sequence[str] = (), authorization
 
         return endpoint
 
-    routes = []
+    routes = [Route("/login", login, methods=["GET", "POST"])]
     for prefix in ("", "/{namespace}"):
         routes.append(Route(f"{prefix}/encode", handler(True), methods=["POST"]))
         routes.append(Route(f"{prefix}/decode", handler(False), methods=["POST"]))

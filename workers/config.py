@@ -7,16 +7,22 @@ the model and never enter workflow input or history.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import tempfile
 import uuid
 from pathlib import Path
+from urllib.parse import quote
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workflows.names import TASK_QUEUE
+
+SERVER_RECORD = "server.json"
+"""Written in the data dir by `gymflow server` (and the demo): the frontend and Web UI ports it serves,
+so every command that prints a link or serves the codec knows the UI's port."""
 
 
 def _default_node_id() -> str:
@@ -63,6 +69,10 @@ class Settings(BaseSettings):
     """S3 API endpoint for non-AWS stores (MinIO, moto); credentials come from the usual AWS_* env."""
     mcp_pool_size: int = Field(default=2, ge=0)
     """MCP server sets each env keeps started ahead of demand on this node (0: start per rollout)."""
+    reap_interval_s: float = Field(default=30.0, gt=0)
+    """How often the worker checks the workflows of the rollouts it holds against the server and
+    frees the servers and workspaces of those that closed without releasing them (terminated,
+    timed out, reset); each round also reaps what dead workers on this host left behind."""
     max_concurrent_activities: int = 256
     """Activity slots per worker (per queue)."""
     max_concurrent_local_activities: int = 256
@@ -81,8 +91,10 @@ class Settings(BaseSettings):
     """Concurrent long polls for workflow tasks."""
     activity_task_pollers: int = 5
     """Concurrent long polls for activity tasks, per queue."""
-    ui_port: int = 8233
-    """Port of the Temporal Web UI of the embedded server."""
+    ui_port: int | None = None
+    """Port of the Temporal Web UI. None: the one `gymflow server` recorded in the data dir for the
+    server at `temporal_address` (`server.json`), else the frontend port + 1000 (Temporal's default,
+    8233 for 7233)."""
     payload_storage_uri: str | None = None
     """s3://bucket/prefix: payloads over `payload_storage_threshold` (huge tool outputs, long
     trajectories) go there and history keeps a reference (temporalio ExternalStorage, S3 driver;
@@ -104,6 +116,26 @@ class Settings(BaseSettings):
         return self.storage_uri or (self.data_dir / "results").resolve().as_uri()
 
     @property
+    def web_ui_port(self) -> int:
+        """The Web UI's port: `ui_port`, else what `gymflow server` recorded, else frontend port + 1000."""
+        if self.ui_port is not None:
+            return self.ui_port
+        _, _, port_text = self.temporal_address.rpartition(":")
+        port = int(port_text) if port_text.isdigit() else 7233
+        try:
+            recorded = json.loads((self.data_dir / SERVER_RECORD).read_text())
+        except (OSError, ValueError):
+            recorded = None
+        if isinstance(recorded, dict) and recorded.get("port") == port and isinstance(recorded.get("ui_port"), int):
+            return int(recorded["ui_port"])
+        return port + 1000
+
+    @property
     def ui_url(self) -> str:
         """Base URL of the Web UI for this namespace."""
-        return f"http://localhost:{self.ui_port}/namespaces/{self.namespace}"
+        return f"http://localhost:{self.web_ui_port}/namespaces/{self.namespace}"
+
+    def ui_workflow_url(self, workflow_id: str, run_id: str | None = None) -> str:
+        """The Web UI page of a workflow (its latest run without `run_id`)."""
+        path = quote(workflow_id, safe="")
+        return f"{self.ui_url}/workflows/{path}" + (f"/{run_id}/history" if run_id else "")

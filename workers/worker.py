@@ -21,22 +21,37 @@ from temporalio.client import Client
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.dataset import DatasetActivities
 from activities.env import EnvActivities
 from activities.judge import JudgeActivities
 from activities.model import ModelActivities
+from activities.report import ReportActivities
 from activities.storage import StorageActivities
+from activities.trainer_jobs import TrainerActivities
+from activities.training import TrainingActivities
 from envs.mcp.ledger import reap_orphans
 from workers.config import Settings
 from workers.dedup import DedupInterceptor
 from workers.judge_worker import judge_worker
+from workers.reaper import run_reaper
+from workflows.dataset import DatasetGenerationWorkflow
 from workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
 from workflows.names import judge_queue, node_queue
 from workflows.rollout import RolloutWorkflow
 from workflows.schema import PAYLOAD_LIMIT_BYTES
+from workflows.session import RolloutSessionWorkflow
+from workflows.training import TrainingRunWorkflow
 
 log = logging.getLogger(__name__)
 
-WORKFLOWS: list[type] = [RolloutWorkflow, GroupRolloutWorkflow, BatchRolloutWorkflow]
+WORKFLOWS: list[type] = [
+    RolloutWorkflow,
+    GroupRolloutWorkflow,
+    BatchRolloutWorkflow,
+    DatasetGenerationWorkflow,
+    RolloutSessionWorkflow,
+    TrainingRunWorkflow,
+]
 
 # Modules the workflow sandbox shares with the host instead of re-importing per run: pydantic and
 # the wire types (heavy, and pure), the workflows' pure helpers and input/result models (a model
@@ -46,6 +61,9 @@ WORKFLOWS: list[type] = [RolloutWorkflow, GroupRolloutWorkflow, BatchRolloutWork
 SANDBOX_PASSTHROUGH = (
     *("pydantic", "pydantic_core", "annotated_types", "rich", "structlog", "envs", "activities"),
     *("workflows.schema", "workflows.names", "workflows.judging", "workflows.activity_calls", "workflows.budget"),
+    "workflows.status",
+    *("workflows.rollout_env", "workflows.session_schema"),
+    "workflows.training_schema",
 )
 WORKFLOW_RUNNER = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
@@ -116,9 +134,27 @@ async def running_worker(
         payload_limit_bytes=payload_limit,
     )
     storage = StorageActivities(default_uri=settings.results_uri, s3_endpoint_url=settings.s3_endpoint_url)
+    reports = ReportActivities(storage, ui_base=settings.ui_url)
+    training = TrainingActivities(
+        data_dir=settings.data_dir, default_storage=settings.results_uri, s3_endpoint_url=settings.s3_endpoint_url
+    )
+    trainer = TrainerActivities(
+        data_dir=settings.data_dir,
+        temporal_address=client.service_client.config.target_host,  # what trainers dial back
+        namespace=client.namespace,
+        s3_endpoint_url=settings.s3_endpoint_url,
+    )
     judge_key = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None
     judge_activities = JudgeActivities(
         default_base_url=settings.judge_url, default_model=settings.judge_model, api_key=judge_key
+    )
+    datasets = DatasetActivities(
+        default_uri=settings.results_uri,
+        s3_endpoint_url=settings.s3_endpoint_url,
+        default_model_url=settings.model_url,
+        default_judge_url=settings.judge_url,
+        model_api_key=api_key,
+        judge_api_key=judge_key,
     )
     judge = judge_worker(
         client,
@@ -136,6 +172,13 @@ async def running_worker(
             env_activities.compute_group_reward,
             storage.write_jsonl,
             storage.load_tasks,
+            datasets.scan_dataset_source,
+            datasets.generate_dataset_batch,
+            datasets.merge_dataset_batch,
+            datasets.finalize_dataset,
+            reports.render_batch_report,
+            *training.activities(),
+            *trainer.activities(),
         ],
         **worker_tuning(settings, workflows=True),
     )
@@ -147,14 +190,21 @@ async def running_worker(
         interceptors=[DedupInterceptor()],
         **worker_tuning(settings, workflows=False),
     )
+    reaper = asyncio.create_task(
+        run_reaper(client, env_activities, workspace_root=settings.workspace_root, interval_s=settings.reap_interval_s)
+    )
     try:
         async with shared, node, judge:
             log.info("worker %s polling %s and %s", settings.node_id, settings.task_queue, queue)
             yield RunningWorker(settings, queue, env_activities, model_activities)
     finally:
+        reaper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reaper
         await env_activities.shutdown()
         await model_activities.aclose()
         await judge_activities.aclose()
+        await datasets.aclose()
 
 
 async def run_worker(settings: Settings) -> None:

@@ -52,6 +52,14 @@ class TrajectoryBudget:
         self.used += cut_size
         return cut, False
 
+    def charge(self, value: Any) -> bool:
+        """Count `value` (a turn's token data) if it fits; False, counting nothing, if it does not."""
+        size = json_bytes(value)
+        if self.limit is not None and self.used + size > self.limit:
+            return False
+        self.used += size
+        return True
+
     def fits(self, messages: list[Message]) -> bool:
         """Count `messages` (the opening of the conversation); False if they alone overflow."""
         self.used += sum(json_bytes(m) for m in messages)

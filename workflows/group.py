@@ -9,25 +9,36 @@ most `window` children. It keeps its history bounded: trajectories are written t
 parts (only URIs and counters stay in history), and before the history grows large it
 drains its window and continues as new, carrying its progress. Tasks are read a page at a time
 through an activity, so a dataset never sits whole in history either.
+
+Cancellation reaches every child: a parent that is cancelled asks its running children to cancel
+(never terminates them), so each one runs its own cancellation path and releases its servers,
+and waits up to `CHILD_CANCEL_TIMEOUT` for them to close before it closes itself. Children are
+started with `ParentClosePolicy.REQUEST_CANCEL`, so a parent that is terminated or times out also
+gets its children cancelled, not terminated. Both record their final GymflowStatus
+(workflows.status).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, TypedSearchAttributes
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.workflow import ChildWorkflowCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities import errors
     from activities.env import EnvActivities, GroupRewardInput
+    from activities.report import BatchReportInput, BatchReportResult, ReportActivities
     from activities.storage import LoadTasksInput, StorageActivities, WriteJsonlInput
     from envs.contract import Reward, Task, TerminationReason, Trajectory, json_bytes
     from envs.rewards.group import group_advantages
-    from workflows import names
+    from workflows import names, status
     from workflows.activity_calls import describe, error_type, execute
     from workflows.rollout import RolloutWorkflow
     from workflows.schema import (
@@ -38,6 +49,8 @@ with workflow.unsafe.imports_passed_through():
         GroupInput,
         GroupResult,
         RolloutInput,
+        batch_search_attributes,
+        group_search_attributes,
         initial_search_attributes,
     )
 
@@ -45,8 +58,17 @@ with workflow.unsafe.imports_passed_through():
 CHILD_RETRY = RetryPolicy(maximum_attempts=1)
 BATCH_PART_BYTES = "batch-part-bytes"
 """Patch id: a batch sizes its JSONL parts in bytes, not characters."""
+BATCH_REPORT = "batch-report"
+"""Patch id: a batch renders its report (activities.report) when it ends."""
 STORAGE_TIMEOUT = timedelta(minutes=2)
+REPORT_TIMEOUT = timedelta(minutes=10)
 TASK_PAGE = 256
+PARENT_STATUS = "parent-status"
+"""Patch id: groups and batches set their start search attributes and a final GymflowStatus, and
+cancel their children (and wait for them) when cancelled."""
+CHILD_CANCEL_TIMEOUT = timedelta(minutes=2)
+"""How long a cancelled parent waits for its children to finish their cancellation (release their
+servers) before it closes; the children go on cancelling after that in any case."""
 
 
 def failed_trajectory(rollout: RolloutInput, rollout_id: str, error: ChildWorkflowError) -> Trajectory:
@@ -73,6 +95,9 @@ async def run_child(rollout: RolloutInput, child_id: str) -> Trajectory:
             retry_policy=CHILD_RETRY,
             search_attributes=TypedSearchAttributes(initial_search_attributes(rollout)),
             memo={"task_id": rollout.task.id},
+            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            cancellation_type=ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
+            static_summary=f"{rollout.env} rollout of task {rollout.task.id}",
         )
     except ChildWorkflowError as exc:
         cause = exc.cause
@@ -81,10 +106,29 @@ async def run_child(rollout: RolloutInput, child_id: str) -> Trajectory:
         return failed_trajectory(rollout, child_id, exc)
 
 
+async def cancel_children(children: Sequence[asyncio.Task[Any]]) -> None:
+    """Ask every running child to cancel, and wait (bounded) until they have closed.
+
+    Cancelling the task that awaits a child sends the child a cancellation request; the task then
+    waits until the child has closed (`WAIT_CANCELLATION_COMPLETED`), i.e. has run its own
+    cancellation path and released its servers.
+    """
+    running = [child for child in children if not child.done()]
+    for child in running:
+        child.cancel()
+    if running:
+        await workflow.wait(running, timeout=CHILD_CANCEL_TIMEOUT.total_seconds())
+
+
 @workflow.defn(name=names.GROUP_WORKFLOW)
 class GroupRolloutWorkflow:
     @workflow.run
     async def run(self, input: GroupInput) -> GroupResult:
+        patched = workflow.patched(PARENT_STATUS)
+        with status.Closing(group_search_attributes(input), enabled=patched):
+            return await self._run(input, patched)
+
+    async def _run(self, input: GroupInput, patched: bool) -> GroupResult:
         parent = workflow.info().workflow_id
         template = input.rollout
         samples = []
@@ -93,11 +137,20 @@ class GroupRolloutWorkflow:
             if model.seed is not None:
                 model = model.model_copy(update={"seed": model.seed + i})
             samples.append(template.model_copy(update={"model": model, "rollout_id": None}))
-        trajectories = list(await asyncio.gather(*(run_child(s, f"{parent}/s{i}") for i, s in enumerate(samples))))
+        if patched:
+            children = [asyncio.ensure_future(run_child(s, f"{parent}/s{i}")) for i, s in enumerate(samples)]
+            try:
+                await workflow.wait(children)
+            except asyncio.CancelledError:
+                await cancel_children(children)
+                raise
+            trajectories = [child.result() for child in children]
+        else:
+            trajectories = list(await asyncio.gather(*(run_child(s, f"{parent}/s{i}") for i, s in enumerate(samples))))
         rewards: list[float | None] = [t.reward.total if t.reward else None for t in trajectories]
         valid = [i for i, t in enumerate(trajectories) if t.reward is not None]
         # Conversations too large to carry inline stay in the children's histories.
-        inline = sum(json_bytes(t.messages) for t in trajectories) <= GROUP_INLINE_BYTES
+        inline = sum(json_bytes(t.messages) + json_bytes(t.tokens) for t in trajectories) <= GROUP_INLINE_BYTES
         if input.group_reward and valid:
             extra = await execute(
                 EnvActivities.compute_group_reward,
@@ -123,7 +176,7 @@ class GroupRolloutWorkflow:
                     trajectories[i] = trajectories[i].model_copy(update={"reward": merged})
                     rewards[i] = merged.total
         if not inline:
-            trajectories = [t.model_copy(update={"messages": []}) for t in trajectories]
+            trajectories = [t.model_copy(update={"messages": [], "tokens": []}) for t in trajectories]
         advantages = group_advantages(rewards, scale_by_std=input.scale_by_std)
         scored = [r for r in rewards if r is not None]
         return GroupResult(
@@ -158,20 +211,42 @@ class BatchRolloutWorkflow:
 
     @workflow.run
     async def run(self, input: BatchInput) -> BatchResult:
-        if not input.tasks and input.dataset is None:
-            raise ApplicationError(
-                "a batch needs `tasks` or a `dataset`", type=errors.INVALID_INPUT, non_retryable=True
-            )
-        self._input = input
         self._batch_id = workflow.info().workflow_id
-        self._state = input.state.model_copy(deep=True)
-        self._pages: dict[int, list[Task]] = {}
-        self._buffer: list[Trajectory] = []
-        self._buffer_bytes = 0
-        self._part_bytes = workflow.patched(BATCH_PART_BYTES)
-        workflow.upsert_search_attributes([names.SA_ENV.value_set(input.env), names.SA_BATCH.value_set(self._batch_id)])
+        patched = workflow.patched(PARENT_STATUS)
+        with status.Closing(batch_search_attributes(input, self._batch_id), enabled=patched):
+            if not input.tasks and input.dataset is None:
+                raise ApplicationError(
+                    "a batch needs `tasks` or a `dataset`", type=errors.INVALID_INPUT, non_retryable=True
+                )
+            self._input = input
+            self._state = input.state.model_copy(deep=True)
+            self._pages: dict[int, list[Task]] = {}
+            self._buffer: list[Trajectory] = []
+            self._buffer_bytes = 0
+            self._part_bytes = workflow.patched(BATCH_PART_BYTES)
+            if not patched:
+                workflow.upsert_search_attributes(
+                    [names.SA_ENV.value_set(input.env), names.SA_BATCH.value_set(self._batch_id)]
+                )
+            self._running: list[asyncio.Task[Trajectory]] = []
+            try:
+                await self._run_window()
+            except asyncio.CancelledError:
+                if patched:
+                    await cancel_children(self._running)
+                raise
+            await self._flush()
+            if not self._state.exhausted:
+                self._state.runs += 1
+                workflow.continue_as_new(input.model_copy(update={"state": self._state}))
+            if workflow.patched(BATCH_REPORT) and self._state.finished:
+                return await self._with_report(self._result())
+            return self._result()
 
-        running: list[asyncio.Task[Trajectory]] = []
+    async def _run_window(self) -> None:
+        """Keep up to `window` children running until the tasks (or this run's share) are done."""
+        input = self._input
+        running = self._running
         started_this_run = 0
         while True:
             while (
@@ -191,14 +266,31 @@ class BatchRolloutWorkflow:
             # meanwhile must stay in `running` to be recorded next round. List order, not set
             # order: deterministic under replay.
             done = [task for task in running if task.done()]
-            running = [task for task in running if not task.done()]
+            running[:] = [task for task in running if not task.done()]
             for task in done:
                 await self._record(task.result())
-        await self._flush()
-        if not self._state.exhausted:
-            self._state.runs += 1
-            workflow.continue_as_new(input.model_copy(update={"state": self._state}))
-        return self._result()
+
+    async def _with_report(self, result: BatchResult) -> BatchResult:
+        """The result with its report's URI; a report that fails is named, never a failed batch."""
+        input = self._input
+        try:
+            report: BatchReportResult = await execute(
+                ReportActivities.render_batch_report,
+                BatchReportInput(
+                    batch_id=self._batch_id,
+                    env=input.env,
+                    parts=self._state.parts,
+                    destination=input.destination,
+                    label=input.label or input.options.model.model or "default",
+                ),
+                start_to_close_timeout=REPORT_TIMEOUT,
+                retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=[errors.STORAGE_ERROR]),
+                summary=f"report of {self._state.finished} rollouts",
+            )
+        except ActivityError as exc:
+            workflow.logger.warning("batch %s has no report: %s", self._batch_id, describe(exc))
+            return result.model_copy(update={"report_error": describe(exc)})
+        return result.model_copy(update={"report": report.html_uri})
 
     async def _next_rollout(self) -> RolloutInput | None:
         """The next rollout to start, or None when the tasks are exhausted."""

@@ -22,14 +22,21 @@ NODE_QUEUE_SEPARATOR = "@"
 ROLLOUT_WORKFLOW = "RolloutWorkflow"
 GROUP_WORKFLOW = "GroupRolloutWorkflow"
 BATCH_WORKFLOW = "BatchRolloutWorkflow"
+DATASET_WORKFLOW = "DatasetGenerationWorkflow"
+TRAINING_WORKFLOW = "TrainingRunWorkflow"
+SESSION_WORKFLOW = "RolloutSessionWorkflow"
 
 SA_ENV = SearchAttributeKey.for_keyword("GymflowEnv")
 SA_STATUS = SearchAttributeKey.for_keyword("GymflowStatus")
 SA_REWARD = SearchAttributeKey.for_float("GymflowReward")
 SA_BATCH = SearchAttributeKey.for_keyword("GymflowBatch")
 SA_MODEL = SearchAttributeKey.for_keyword("GymflowModel")
+SA_TASK = SearchAttributeKey.for_keyword("GymflowTask")
+"""The task id of a rollout (or session)."""
+SA_RUN = SearchAttributeKey.for_keyword("GymflowRun")
+"""The training run (or dataset generation run) a workflow belongs to."""
 
-SEARCH_ATTRIBUTES = (SA_ENV, SA_STATUS, SA_REWARD, SA_BATCH, SA_MODEL)
+SEARCH_ATTRIBUTES = (SA_ENV, SA_STATUS, SA_REWARD, SA_BATCH, SA_MODEL, SA_TASK, SA_RUN)
 """Every search attribute gymflow sets; `gymflow server` registers them."""
 
 

@@ -9,14 +9,15 @@ nothing nondeterministic.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 from temporalio.common import SearchAttributePair
 
+from activities.dataset_models import DEFAULT_ENV, DatasetSource, GenerationOptions, ScanResult
 from activities.model import ModelConfig
 from envs.contract import Task, Trajectory, Wire
-from workflows import names
+from workflows import status
 from workflows.judging import JudgeConfig
 
 MAX_ATTEMPTS = 1000
@@ -89,15 +90,14 @@ RolloutResult = Trajectory
 
 
 def initial_search_attributes(input: RolloutInput) -> list[SearchAttributePair[Any]]:
-    """GymflowEnv / GymflowModel / GymflowStatus=running (/ GymflowBatch) of a starting rollout."""
-    pairs: list[SearchAttributePair[Any]] = [
-        SearchAttributePair(names.SA_ENV, input.env),
-        SearchAttributePair(names.SA_MODEL, input.model.model or "default"),
-        SearchAttributePair(names.SA_STATUS, "running"),
-    ]
-    if input.batch_id:
-        pairs.append(SearchAttributePair(names.SA_BATCH, input.batch_id))
-    return pairs
+    """GymflowEnv / GymflowModel / GymflowTask (/ GymflowBatch) of a starting rollout; GymflowStatus is
+    written only when it closes (workflows.status)."""
+    return status.start_attributes(
+        input.env,
+        model=input.model.model or "default",
+        batch=input.batch_id,
+        task=input.task.id[:MAX_NAME_CHARS],  # task ids have no length limit; keywords do
+    )
 
 
 class GroupInput(Wire):
@@ -124,9 +124,12 @@ class GroupResult(Wire):
     """Advantage per sample (None for infra-failed samples)."""
     mean_reward: float | None
     infra_failed: int
+    group_id: str = ""
+    """The group workflow's id, set by the SDK that streams groups (workers.groups); trainers
+    resuming a batch dedupe by it."""
     messages_omitted: bool = False
     """True when the conversations were too large to return inline (over `GROUP_INLINE_BYTES`):
-    every trajectory's `messages` is then empty, and its rollout workflow (id `rollout_id`) holds
+    every trajectory's `messages` and `tokens` are then empty, and its rollout workflow (id `rollout_id`) holds
     them. `workers.client.iterate_groups` reads them back."""
 
 
@@ -181,8 +184,22 @@ class BatchInput(Wire):
     warning and far under its 2 MB limit)."""
     max_children_per_run: int = Field(default=400, ge=1)
     """Continue as new after starting this many children in one run (bounds history size)."""
+    label: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    """What is evaluated (a policy's name, a checkpoint), the title of the batch's report; None: the
+    model name."""
     state: BatchState = Field(default_factory=BatchState)
     """Internal: progress carried across continue-as-new. Leave empty."""
+
+
+def group_search_attributes(input: GroupInput) -> list[SearchAttributePair[Any]]:
+    """GymflowEnv / GymflowModel (/ GymflowBatch) of a starting group: its template rollout's."""
+    rollout = input.rollout
+    return status.start_attributes(rollout.env, model=rollout.model.model or "default", batch=rollout.batch_id)
+
+
+def batch_search_attributes(input: BatchInput, batch_id: str) -> list[SearchAttributePair[Any]]:
+    """GymflowEnv / GymflowModel / GymflowBatch (its own workflow id) of a starting batch."""
+    return status.start_attributes(input.env, model=input.options.model.model or "default", batch=batch_id)
 
 
 class BatchResult(Wire):
@@ -195,4 +212,77 @@ class BatchResult(Wire):
     mean_reward: float | None
     parts: list[str]
     """URIs of the JSONL parts holding every trajectory."""
+    runs: int
+    report: str | None = None
+    """URI of the batch's report, `report.html` (self-contained; `report.json` beside it), written
+    when the batch ended; None when nothing ran or the report failed (`report_error`)."""
+    report_error: str | None = None
+    """Why the batch has no report, if it failed to render; the batch's results are complete anyway."""
+
+
+# -- dataset generation (workflows.dataset) ---------------------------------------------------
+
+
+class DatasetState(Wire):
+    """Progress of a dataset generation, carried across continue-as-new."""
+
+    stage: Literal["scanning", "generating", "finalizing", "done"] = "scanning"
+    scan: ScanResult | None = None
+    next_batch: int = 0
+    """Index of the next batch to generate."""
+    merged: int = 0
+    """Batches merged (in order): the accepted items are in their files."""
+    accepted: int = 0
+    accepted_by_type: dict[str, int] = Field(default_factory=dict)
+    processed: int = 0
+    """Candidates of the merged batches."""
+    rejections: dict[str, int] = Field(default_factory=dict)
+    """``stage/reason`` -> count, scan rejections included."""
+    calls_made: int = 0
+    calls_reused: int = 0
+    """Model calls answered from the run's call record (retried batches)."""
+    runs: int = 0
+
+
+class DatasetInput(Wire):
+    """Input of DatasetGenerationWorkflow."""
+
+    source: DatasetSource
+    n: int = Field(ge=1, le=10_000_000)
+    """Accepted items wanted (the run stops there, or when the source is exhausted)."""
+    out: str | None = Field(default=None, max_length=4096)
+    """Dataset URI (directory, file:///dir or s3://bucket/prefix); None: <worker store>/datasets/<workflow id>."""
+    env: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    """The env the rows are for; default: ``search`` (corpus), ``traces``, or the env itself."""
+    seed: int = 0
+    options: GenerationOptions = Field(default_factory=GenerationOptions)
+    batch_size: int = Field(default=64, ge=1, le=2048)
+    """Candidates per batch activity."""
+    window: int = Field(default=4, ge=1, le=256)
+    """Batch activities in flight at most."""
+    max_batches_per_run: int = Field(default=200, ge=1, le=100_000)
+    """Continue as new after this many batches in one run (bounds history)."""
+    state: DatasetState = Field(default_factory=DatasetState)
+    """Internal: progress carried across continue-as-new. Leave empty."""
+
+    def env_name(self) -> str:
+        return self.env or DEFAULT_ENV.get(self.source.kind) or self.source.location
+
+
+class DatasetResult(Wire):
+    """Where the dataset is and what it holds."""
+
+    uri: str
+    """The dataset URI (manifest.json, {split}.jsonl, {split}.parquet)."""
+    manifest_uri: str
+    env: str
+    accepted: int
+    target_met: bool
+    splits: dict[str, int]
+    rejected: int
+    rejections: dict[str, int]
+    calls_made: int = 0
+    """Model calls made (generation, judge, labels)."""
+    calls_reused: int = 0
+    """Calls a retried batch found already answered in the run's record instead of asking again."""
     runs: int

@@ -54,11 +54,16 @@ class MathEnv(McpEnv):
 
     @classmethod
     def baseline_policy(cls, name: str = "default") -> Policy:
-        """`calculator` (default; solves generated tasks with the tools) or `null`."""
+        """`calculator` (default; solves generated tasks with the tools), `softmax` (the learnable
+        policy of envs.math.learned at its starting parameters: the reference trainer's baseline) or `null`."""
         if name in {"default", "calculator"}:
             from envs.math.policy import CalculatorPolicy
 
             return CalculatorPolicy()
+        if name == "softmax":
+            from envs.math.learned import SoftmaxPolicy
+
+            return SoftmaxPolicy()
         if name == "null":
             return NullPolicy()
-        raise ValueError(f"math has no baseline policy {name!r}; choose calculator or null")
+        raise ValueError(f"math has no baseline policy {name!r}; choose calculator, softmax or null")

@@ -31,8 +31,9 @@ from envs.mcp.config import McpServerConfig, parse_servers
 from envs.mcp.content import Parser, load_parser
 from envs.mcp.instance import ServerSet, ServerSetFactory
 from envs.mcp.ledger import LEDGER_DIR, Ledger
+from envs.mcp.library_reward import DEFAULT_REWARD
 from envs.mcp.pool import WarmPool
-from envs.mcp.reward import RewardFn, RolloutTools, score
+from envs.mcp.reward import RewardFn, RolloutTools, final_text, score
 
 DEFAULT_POOL_SIZE = 2
 """Server sets kept started per env instance unless `pool_size` says otherwise."""
@@ -45,6 +46,8 @@ class McpEnv(BaseEnv):
     """Server configs (`mcpServers` format) for subclasses; `from_config` fills it for an instance."""
     reward_fns: ClassVar[Sequence[RewardFn]] = ()
     """Reward functions (envs.mcp.reward signature) the default `compute_reward` sums."""
+    workspace_seed: ClassVar[ws.WorkspaceSeed | None] = None
+    """Files copied into every workspace and a setup command run in it before its servers start."""
 
     def __init__(
         self,
@@ -73,6 +76,7 @@ class McpEnv(BaseEnv):
             parsers=parsers,
             workspace_root=self.workspace_root,
             ledger=Ledger(self.workspace_root / LEDGER_DIR),
+            seed=self.workspace_seed,
         )
         self.pool = WarmPool(size=pool_size, start=self._factory.start, stop=self._factory.stop)
         self._rollouts: dict[str, ServerSet] = {}
@@ -149,7 +153,9 @@ class McpEnv(BaseEnv):
     async def compute_reward(
         self, rollout_id: str, completion: list[Message], ground_truth: Any, **kwargs: Any
     ) -> Reward | Mapping[str, float]:
-        """The sum of `reward_fns`; without any, exact match of the final answer with the ground truth."""
+        """The sum of `reward_fns`; without any, exact match of the final answer with the ground truth
+        (the last `<answer>` of the last assistant message, or that message whole without one;
+        envs.mcp.library_reward)."""
         if self.reward_fns:
             sset = self._get(rollout_id)
             if not sset.alive:  # a reward that reads a dead server's state would score garbage
@@ -162,10 +168,13 @@ class McpEnv(BaseEnv):
                 rollout_id=rollout_id,
                 **kwargs,
             )
-        answer = completion[-1].content.strip() if completion else ""
-        return {"exact_match": float(ground_truth is not None and answer == str(ground_truth).strip())}
+        return {DEFAULT_REWARD.__name__: DEFAULT_REWARD(final_text(completion), ground_truth)}
 
     # -- workspace ---------------------------------------------------------------------------
+    def placeholders(self, rollout_id: str) -> dict[str, str]:
+        """`{workspace}`: the rollout's workspace directory, for prompts that need its absolute path."""
+        return {"workspace": str(self.workspace(rollout_id))}
+
     def workspace(self, rollout_id: str) -> Path:
         """The rollout's workspace directory."""
         return self._get(rollout_id).workspace

@@ -5,11 +5,21 @@
       calculator: {command: mcp-server-calculator}
     system_prompt: Use the calculator. End with <answer>N</answer>.
     reward: reward_fn.py:reward       # or module:function, or a list of them (summed)
+    # reward: {fn: math_equivalent, extract: answer_tag}   # or the reward library (library_reward)
     dataset: tasks.jsonl              # rows {"prompt"|"question", "answer"} or full Tasks
     stateless: true                   # recovery: a lost rollout just gets fresh servers
     replayable: false                 # recovery: re-running the tool calls rebuilds state
+    workspace:                        # every workspace, before its servers start
+      files: {data.db: seed/data.db}  # workspace path: source (file or directory)
+      setup: git init -q              # run in the workspace (sh -c), `{workspace}` filled in
 
-Relative paths (reward and parser files, the dataset) are relative to the env file. The env is
+`{workspace}` (the rollout's workspace directory) and `{rollout_id}` are filled in in the system
+prompt and the tasks' prompts, as in server `args` and `env`. Every reward function is checked
+against the call it will get when the file loads: one that cannot take it is an error naming the
+signature it needs. Without `reward:` the final answer (the last `<answer>` of the last assistant
+message, or that message whole) must equal the ground truth.
+
+Relative paths (reward and parser files, seed files, the dataset) are relative to the env file. The env is
 identified by its path: the workflow input names the file, and each worker loads the same path
 (relative to its own working directory), so ship the file with the workers (the SkyPilot
 workdir). Unknown keys and bad values are errors that name the key.
@@ -29,8 +39,13 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator
 from envs.contract import Task, Wire
 from envs.mcp.config import BUILTIN_PARSERS, parse_servers
 from envs.mcp.env import McpEnv
+from envs.mcp.library_reward import LibraryReward, LibraryRewardSpec
 from envs.mcp.plugins import load_callable
+from envs.mcp.reward import REWARD_KWARGS, REWARD_SIGNATURE, RewardFn, check_reward_fn
+from envs.mcp.workspace import WorkspaceSeed
 from envs.registry import ENV_FILE_SUFFIXES, EnvFileError
+
+RewardSpecs = str | LibraryRewardSpec | list[str | LibraryRewardSpec] | None
 
 
 class EnvFile(Wire):
@@ -42,19 +57,23 @@ class EnvFile(Wire):
     """Server configs, `mcpServers` format plus gymflow's per-server policy (envs.mcp.config)."""
     system_prompt: str = ""
     """The system prompt of every rollout."""
-    reward: str | list[str] | None = None
-    """Reward function(s), `module:function` or `file.py:function` (envs.mcp.reward signature).
-    Without one, the reward is an exact match of the final answer with the ground truth."""
+    reward: str | LibraryRewardSpec | list[str | LibraryRewardSpec] | None = None
+    """Reward function(s), summed: `module:function` or `file.py:function` (envs.mcp.reward
+    signature), or a reward-library function with its parameters (`{fn: exact_match, extract:
+    answer_tag}`, envs.mcp.library_reward). Without one, the reward is an exact match of the final
+    answer with the ground truth."""
     dataset: str | None = None
     """Default dataset: a JSONL file of tasks."""
     stateless: bool = False
     """Tools keep no per-rollout state: a rollout that lost its servers continues on fresh ones."""
     replayable: bool = False
     """Re-running a rollout's tool calls on fresh servers rebuilds its state exactly."""
+    workspace: WorkspaceSeed | None = None
+    """Files and a setup command every workspace gets before its servers start (envs.mcp.workspace)."""
 
     @field_validator("reward")
     @classmethod
-    def _reward_list(cls, value: str | list[str] | None) -> str | list[str] | None:
+    def _reward_list(cls, value: RewardSpecs) -> RewardSpecs:
         if isinstance(value, list) and not value:
             raise ValueError("an empty list; leave 'reward' out for the default exact-match reward")
         return value
@@ -124,9 +143,9 @@ def _build(name: str, path: Path, mtime_ns: int, size: int) -> type[FileEnv]:
     del mtime_ns, size
     config = load_env_file(path)
     base = path.parent
-    specs = [config.reward] if isinstance(config.reward, str) else list(config.reward or [])
     try:
-        reward_fns = tuple(load_callable(s, base_dir=base, field="reward") for s in specs)
+        reward_fns = _reward_fns(config.reward, base)
+        seed = _absolute_seed(config.workspace, base)
     except ValueError as exc:
         raise EnvFileError(f"{path}: {exc}") from None
     servers = {server: _absolute_parsers(cfg, base) for server, cfg in config.mcp_servers.items()}
@@ -136,12 +155,53 @@ def _build(name: str, path: Path, mtime_ns: int, size: int) -> type[FileEnv]:
         "system_prompt": config.system_prompt,
         "mcp_servers": servers,
         "reward_fns": reward_fns,
+        "workspace_seed": seed,
         "stateless": config.stateless,
         "replayable": config.replayable,
         "dataset_path": (base / config.dataset) if config.dataset else None,
         "__module__": __name__,
     }
     return type(f"FileEnv_{path.stem}", (FileEnv,), attrs)
+
+
+def _reward_fns(reward: RewardSpecs, base: Path) -> tuple[RewardFn, ...]:
+    """The file's reward functions, each checked against the call it will get.
+
+    Raises:
+        ValueError: A function cannot be loaded, or cannot take its call; names the entry and the
+            signature it needs.
+    """
+    specs = list(reward) if isinstance(reward, list) else ([] if reward is None else [reward])
+    fns: list[RewardFn] = []
+    for index, spec in enumerate(specs):
+        where = "reward" if not isinstance(reward, list) else f"reward[{index}]"
+        if isinstance(spec, LibraryRewardSpec):
+            fns.append(LibraryReward(spec, base_dir=base, field=where))
+            continue
+        fn = load_callable(spec, base_dir=base, field=where)
+        problem = check_reward_fn(fn)
+        if problem is not None:
+            raise ValueError(
+                f"{where}: {spec} is {problem}; a reward function is called as {REWARD_SIGNATURE} "
+                f"(keywords {', '.join(REWARD_KWARGS)}). To score with a reward-library function "
+                "(which takes a prediction and a ground truth), write e.g. `reward: {fn: exact_match, "
+                "extract: answer_tag}`"
+            )
+        fns.append(fn)
+    return tuple(fns)
+
+
+def _absolute_seed(seed: WorkspaceSeed | None, base: Path) -> WorkspaceSeed | None:
+    """The seed with its sources resolved against the env file's directory, each checked to exist."""
+    if seed is None:
+        return None
+    files = {}
+    for name, source in seed.files.items():
+        path = (base / source).resolve()
+        if not path.exists():
+            raise ValueError(f"workspace.files.{name}: no such file or directory {path}")
+        files[name] = str(path)
+    return seed.model_copy(update={"files": files})
 
 
 def _absolute_parsers(server: dict[str, Any], base: Path) -> dict[str, Any]:

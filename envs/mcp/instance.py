@@ -22,6 +22,7 @@ from envs.mcp.config import McpServerConfig
 from envs.mcp.content import Parser
 from envs.mcp.ledger import Ledger
 from envs.mcp.session import McpSession
+from envs.mcp.workspace import WorkspaceSeed, seed_workspace
 
 
 @dataclass
@@ -81,17 +82,19 @@ class ServerSetFactory:
         parsers: Mapping[str, dict[str, Parser]],
         workspace_root: Path,
         ledger: Ledger,
+        seed: WorkspaceSeed | None = None,
     ) -> None:
         self.servers = dict(servers)
         self.parsers = dict(parsers)
         self.workspace_root = workspace_root
         self.ledger = ledger
+        self.seed = seed
 
     async def start(self) -> ServerSet:
-        """Create a fresh workspace and start every server in it (cwd = workspace).
+        """Create a fresh workspace, seed it, and start every server in it (cwd = workspace).
 
         Raises:
-            InfraError: A server did not start; whatever was started is stopped again.
+            InfraError: The seeding or a server failed; whatever was started is stopped again.
         """
         entry = f"ws-{uuid.uuid4().hex[:12]}"
         workspace = self.workspace_root / entry
@@ -104,6 +107,8 @@ class ServerSetFactory:
         ]
         sset.sessions = {s.name: s for s in sessions}
         try:
+            if self.seed is not None:  # files and setup before any server sees the workspace
+                await seed_workspace(workspace, self.seed)
             # Not gather(*...) without return_exceptions: one failure must not leave siblings starting.
             results = await asyncio.gather(*(s.start() for s in sessions), return_exceptions=True)
             _raise_first(results)

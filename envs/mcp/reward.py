@@ -34,6 +34,36 @@ from envs.mcp.instance import ServerSet
 
 RewardValue = Reward | Mapping[str, float] | float
 RewardFn = Callable[..., RewardValue | Awaitable[RewardValue]]
+REWARD_SIGNATURE = "reward_fn(completion, ground_truth, workspace, mcp_client, **kwargs)"
+REWARD_KWARGS = (
+    *("completion", "ground_truth", "workspace", "mcp_client", "messages"),
+    *("rollout_id", "task_id", "metadata"),
+)
+"""Every keyword a reward function is called with (`score`; the last three come from the activity)."""
+
+
+def final_text(messages: Sequence[Message]) -> str:
+    """The text of the last assistant message (what `completion` is), or "" if there is none."""
+    return next((m.content for m in reversed(messages) if m.role == "assistant"), "")
+
+
+def signature_problem(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str | None:
+    """Why `fn` cannot be called with these arguments (None when it can): its signature is checked
+    with `inspect.Signature.bind`, nothing is called."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None  # a builtin without a signature: it will tell when called
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        return f"{getattr(fn, '__name__', 'function')}{signature}: {exc}"
+    return None
+
+
+def check_reward_fn(fn: Callable[..., Any]) -> str | None:
+    """Why `fn` cannot be a reward function (None when it can take every keyword `score` passes)."""
+    return signature_problem(fn, **dict.fromkeys(REWARD_KWARGS))
 
 
 class RolloutTools:
@@ -76,7 +106,7 @@ async def score(
     **kwargs: Any,
 ) -> Reward:
     """Run every reward function and combine them into one Reward."""
-    completion = next((m.content for m in reversed(messages) if m.role == "assistant"), "")
+    completion = final_text(messages)
     components: dict[str, float] = {}
     info: dict[str, Any] = {}
     total = 0.0

@@ -1,4 +1,4 @@
-"""Per-rollout workspaces: a directory the rollout's servers run in, and safe copies in and out.
+"""Per-rollout workspaces: a directory the rollout's servers run in, its seeding, and safe copies.
 
 benchmax joins user-supplied names onto the workspace path, so `../../etc/passwd` or an
 absolute path walks out of it. Here every name is resolved (symlinks included) and must stay
@@ -7,10 +7,17 @@ inside the workspace, and copies are bounded in size.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import shutil
+import signal
 from pathlib import Path, PurePosixPath
 
-from envs.contract import ToolError
+from pydantic import Field, field_validator
+
+from envs.contract import InfraError, ToolError, Wire
+from envs.mcp.transport import server_env
 
 MAX_COPY_BYTES = 256 * 1024 * 1024
 """Largest single file copied into or out of a workspace."""
@@ -76,3 +83,99 @@ def copy_out(root: Path, src_name: str, dst: Path, *, max_bytes: int = MAX_COPY_
     dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, dst)
     return dst
+
+
+SETUP_OUTPUT_CHARS = 2000
+"""How much of a failed setup command's output its error shows (the end of it)."""
+
+
+class WorkspaceSeed(Wire):
+    """What every workspace of an env starts with, before its servers start (env file: `workspace:`).
+
+    Seeding runs when a server set is created, so the warm pool prepares workspaces ahead of
+    demand: a slow setup (a `git init`, a database import) costs a rollout nothing when the pool
+    has a set ready.
+    """
+
+    files: dict[str, str] = Field(default_factory=dict)
+    """Workspace path -> source path (a file, or a directory copied whole); in an env file, sources
+    are relative to the file."""
+    setup: str | list[str] | None = None
+    """A command run in the workspace (its cwd) after the files are in: a string goes to `/bin/sh -c`,
+    a list is the argv. `{workspace}` is replaced by the workspace's path; the command also finds it
+    in `$GYMFLOW_WORKSPACE`, and gets the environment servers get. A non-zero exit fails the set."""
+    setup_timeout_s: float = Field(default=60.0, gt=0)
+    """Time limit of the setup command; its whole process group is killed after it."""
+
+    @field_validator("files")
+    @classmethod
+    def _inside(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            pure = PurePosixPath(name)
+            if not name or pure.is_absolute() or ".." in pure.parts or "\x00" in name:
+                raise ValueError(f"workspace file {name!r} must be a relative path inside the workspace")
+        return value
+
+    @field_validator("setup")
+    @classmethod
+    def _command(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if value is not None and not (value.strip() if isinstance(value, str) else value):
+            raise ValueError("an empty setup command; leave 'setup' out instead")
+        return value
+
+
+async def seed_workspace(root: Path, seed: WorkspaceSeed) -> None:
+    """Copy `seed.files` into the workspace `root`, then run `seed.setup` in it.
+
+    Raises:
+        InfraError: A source is missing, or the setup command failed or timed out (its output's end
+            is in the message).
+    """
+    if seed.files:
+        await asyncio.to_thread(_copy_files, root, seed.files)
+    if seed.setup is not None:
+        await _run_setup(root, seed)
+
+
+def _copy_files(root: Path, files: dict[str, str]) -> None:
+    for name, source in files.items():
+        src, target = Path(source), resolve_inside(root, name)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if src.is_dir():
+                shutil.copytree(src, target, dirs_exist_ok=True, symlinks=True)
+            else:
+                shutil.copyfile(src, target)
+        except OSError as exc:
+            raise InfraError(f"cannot seed workspace file {name!r} from {source}: {exc}") from exc
+
+
+async def _run_setup(root: Path, seed: WorkspaceSeed) -> None:
+    command = seed.setup
+    assert command is not None
+    argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+    argv = [arg.replace("{workspace}", str(root)) for arg in argv]
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=root,
+        env=server_env({"GYMFLOW_WORKSPACE": str(root)}),  # what servers get: no worker secrets
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), seed.setup_timeout_s)
+    except BaseException as exc:  # a timeout, or the init being cancelled: leave nothing running
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()
+        if isinstance(exc, TimeoutError):
+            raise InfraError(f"workspace setup {command!r} timed out after {seed.setup_timeout_s:g}s") from None
+        raise
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)  # anything it left in the background
+    if process.returncode:
+        tail = output.decode(errors="replace")[-SETUP_OUTPUT_CHARS:].strip()
+        raise InfraError(f"workspace setup {command!r} exited with code {process.returncode}: {tail}")

@@ -28,7 +28,17 @@ from envs.math.data import generate_tasks
 from envs.mcp.http import free_port
 from support import make_settings
 from workers.client import connect, data_converter, run_rollout
-from workers.codec import ENCODING, KEY_ID, CodecKeyError, EncryptionCodec, EncryptionKey, generate_key
+from workers.codec import (
+    ENCODING,
+    KEY_ID,
+    SESSION_COOKIE,
+    CodecKeyError,
+    EncryptionCodec,
+    EncryptionKey,
+    codec_app,
+    generate_key,
+    session_token,
+)
 from workers.server import temporal_binary
 from workers.worker import running_worker
 from workflows.schema import RolloutInput
@@ -140,3 +150,39 @@ async def test_encrypted_rollout_is_opaque_in_history_and_readable_through_the_c
             assert "access-control-allow-origin" not in other.headers
             unauthorised = await http.post(f"{url}/decode", content=body)
             assert unauthorised.status_code == 401
+
+
+async def test_browser_login_sets_a_session_cookie_the_codec_accepts() -> None:
+    key, auth = generate_key(), f"Bearer codec-{uuid.uuid4().hex}"
+    codec = EncryptionCodec.from_specs(key)
+    (sealed,) = await codec.encode([plain("the prompt")])
+    body = json_format.MessageToJson(Payloads(payloads=[sealed]))
+    app = codec_app(codec, origins=[UI_ORIGIN], authorization=auth)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost:8081") as http:
+        form = await http.get("/login")
+        assert (
+            form.status_code == 200 and 'name="auth"' in form.text and "Include cross-origin credentials" in form.text
+        )
+        assert (await http.post("/decode", content=body)).status_code == 401
+        wrong = await http.post("/login", data={"auth": "Bearer nope"})
+        assert wrong.status_code == 401 and not wrong.cookies
+        right = await http.post("/login", data={"auth": auth})
+        assert right.status_code == 200 and "Logged in" in right.text
+        cookie = right.headers["set-cookie"]
+        assert cookie.startswith(f"{SESSION_COOKIE}={session_token(auth)};")
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+        assert auth.split()[1] not in cookie  # the cookie is an HMAC, never the auth value itself
+        decoded = await http.post("/decode", content=body, headers={"Origin": UI_ORIGIN})  # the client sends the cookie
+        assert (
+            decoded.status_code == 200 and b"the prompt" in json_format.Parse(decoded.text, Payloads()).payloads[0].data
+        )
+        assert decoded.headers["access-control-allow-credentials"] == "true"
+        assert decoded.headers["access-control-allow-origin"] == UI_ORIGIN
+        assert "logged in" in (await http.get("/login")).text
+        http.cookies.set(SESSION_COOKIE, session_token("Bearer another value"))
+        assert (await http.post("/decode", content=body)).status_code == 401
+    open_app = codec_app(codec, origins=[UI_ORIGIN])  # no auth configured: nothing to log in to
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=open_app), base_url="http://localhost") as http:
+        assert "requires no login" in (await http.get("/login")).text
+        assert (await http.post("/decode", content=body)).status_code == 200

@@ -26,5 +26,15 @@ def test_eval_policy_against_baseline(temporal_address: str, tmp_path: Path) -> 
     assert report["policy"]["mean"]["value"] == 1.0 and report["baseline"]["mean"]["value"] == 0.0
     assert report["comparison"]["difference"]["value"] == 1.0  # calculator solves all, null none
     assert report["pass_k"][0]["k"] == 1 and report["pass_k"][0]["pass_at_k"] == 1.0
-    assert (out_dir / "report.md").read_text().startswith("#")
-    assert {p.name for p in out_dir.glob("*.png")} >= {"rewards.png", "per_task.png", "comparison.png"}
+    # What was compared, named: labels, models (no longer "default" on both sides), batches and links.
+    assert (report["policy"]["label"], report["baseline"]["label"]) == ("calculator", "null")
+    assert report["policy"]["models"] == ["calculator"] and report["baseline"]["models"] == ["null"]
+    batches = {b["role"]: b for b in report["batches"]}
+    assert batches["policy"]["batch_id"] == summary["batches"][0]["batch_id"]
+    assert "GymflowBatch%3D%22eval-math-policy-" in batches["policy"]["ui"]
+    for batch in batches.values():  # each batch wrote its own report when it ended
+        assert batch["report"].startswith("file://") and batch["report"].endswith(f"{batch['batch_id']}/report.html")
+        assert Path(batch["report"].removeprefix("file://")).read_text().startswith("<!DOCTYPE html>")
+    page = (out_dir / "report.html").read_text()
+    assert "<title>math: calculator vs null</title>" in page and batches["baseline"]["batch_id"] in page
+    assert sorted(p.name for p in out_dir.iterdir()) == ["report.html", "report.json"]

@@ -64,8 +64,8 @@ async def test_thousand_rollout_batch(client: Client, worker: RunningWorker, tmp
     trajectories = await read_trajectories(result.parts)
     assert len(trajectories) == 1000 and len({t.rollout_id for t in trajectories}) == 1000
     report = write_report(trajectories, tmp_path / "report", reps=500)
-    assert (tmp_path / "report" / "report.md").is_file()
-    assert list((tmp_path / "report").glob("*.png"))
+    assert (tmp_path / "report" / "report.html").is_file()
+    assert result.report is not None and result.report.endswith(f"{batch_id}/report.html")  # the batch's own
     figures = {
         "rollouts": 1000,
         "window": 64,

@@ -15,6 +15,7 @@ from temporalio.exceptions import ApplicationError
 from activities.model import ModelConfig
 from envs.contract import Message, Task, TerminationReason, json_bytes
 from envs.registry import register
+from envs.tokens import TurnTokens
 from support import InProcessMathEnv, ScriptedPolicy, call
 from workers.client import with_messages
 from workers.policy_server import PolicyServer
@@ -38,6 +39,15 @@ def test_budget_admits_what_fits_and_cuts_the_message_that_crosses_it() -> None:
     assert "payload budget" in cut.content and "1 tool call(s) were not run" in cut.content
     assert budget.limit is not None and budget.used <= budget.limit  # the cut copy fits exactly
     assert json_bytes(cut) > (budget.limit - json_bytes(small) - 200) // 2  # and keeps what it can
+
+
+def test_token_data_is_charged_and_refused_whole_when_it_does_not_fit() -> None:
+    budget = TrajectoryBudget(SLACK_BYTES + json_bytes(TASK) + 50_000, TASK)
+    turn = TurnTokens(turn=0, prompt_ids=list(range(3000)), prompt_length=3000, completion_ids=[1] * 1000)
+    assert json_bytes(turn) < 4000 * 5.4  # base64 int32: ~5.3 bytes a token
+    assert budget.charge(turn) and budget.charge(turn)
+    used = budget.used
+    assert not budget.charge(turn) and budget.used == used  # the third does not fit: nothing counted
 
 
 def test_an_unbounded_budget_admits_anything() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,9 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 async def test_recorded_history_replays(path: Path) -> None:
     replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=WORKFLOW_RUNNER)
     # `NAME_planK.json`: a history the workflow code of an earlier plan wrote (kept to prove that
-    # the patches still replay it); its workflow id is NAME.
-    history = WorkflowHistory.from_json(path.stem.split("_plan")[0], path.read_text())
+    # the patches still replay it); `NAME_runK.json`: a later run (after continue-as-new) of the
+    # workflow NAME. Either way its workflow id is NAME.
+    history = WorkflowHistory.from_json(re.split(r"_plan|_run\d", path.stem)[0], path.read_text())
     await replayer.replay_workflow(history)
 
 

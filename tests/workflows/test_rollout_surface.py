@@ -24,7 +24,7 @@ from workers.client import run_rollout, start_rollout
 from workers.policy_server import AppServer, build_app
 from workers.server import temporal_binary
 from workers.worker import RunningWorker, running_worker
-from workflows.names import ROLLOUT_WORKFLOW
+from workflows.names import ROLLOUT_WORKFLOW, SA_ENV, SA_TASK
 from workflows.schema import RolloutInput, RolloutResult
 
 
@@ -44,9 +44,18 @@ async def test_rollout_started_from_temporal_cli(
         temporal_address, "workflow", "start", "--type", ROLLOUT_WORKFLOW, "--task-queue", worker.task_queue,
         "--workflow-id", workflow_id, "--input", json.dumps(payload),
     )  # fmt: skip
-    result = await client.get_workflow_handle(workflow_id, result_type=RolloutResult).result()
+    handle = client.get_workflow_handle(workflow_id, result_type=RolloutResult)
+    result = await handle.result()
     assert result.reward is not None and result.reward.total == 1.0
     assert result.tool_calls >= 1
+    # Started without search attributes: the workflow set them, GymflowTask included.
+    attributes = (await handle.describe()).typed_search_attributes
+    assert attributes.get(SA_TASK) == task.id and attributes.get(SA_ENV) == "math"
+    # The finished rollout's details and result lead with its outcome.
+    metadata = await handle.query("__temporal_workflow_metadata")
+    assert metadata.current_details.startswith("reward 1.000 · final_answer · "), metadata
+    completed = (await handle.fetch_history()).events[-1].workflow_execution_completed_event_attributes
+    assert completed.result.payloads[0].data.startswith(b'{"reward":{"total":1.0')
 
 
 @pytest.mark.parametrize(
@@ -93,7 +102,7 @@ async def test_search_attributes_find_rollouts(
     )
     query = (
         f'GymflowEnv="math" AND GymflowBatch="{batch}" AND GymflowStatus="completed" '
-        'AND GymflowReward=1.0 AND GymflowModel="calc-baseline"'
+        f'AND GymflowReward=1.0 AND GymflowModel="calc-baseline" AND GymflowTask IN ("{tasks[0].id}", "{tasks[1].id}")'
     )
     deadline = time.monotonic() + 15
     # Visibility is eventually consistent and has no change feed: poll it, with a deadline.

@@ -12,7 +12,7 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from mcp_support import ROOT
+from mcp_support import ROOT, third_party
 
 from envs.contract import Message, ToolSpec
 from envs.mcp.env import McpEnv
@@ -46,7 +46,7 @@ class CalculatePolicy(Policy):
         return Message(role="assistant", tool_calls=[call("calculate", {"expression": expression.group(1)})])
 
 
-def write_env(tmp_path: Path, bin_dir: Path) -> Path:
+def write_env(tmp_path: Path, calculator: Path) -> Path:
     (tmp_path / "reward_fn.py").write_text(REWARD)
     rows = [{"id": f"t{i}", "prompt": f"Compute {e}.", "answer": a, "metadata": {"expression": e}}
             for i, (e, a) in enumerate(TASKS)]  # fmt: skip
@@ -56,7 +56,7 @@ def write_env(tmp_path: Path, bin_dir: Path) -> Path:
         textwrap.dedent(f"""
         mcpServers:
           calculator:
-            command: {bin_dir / "mcp-server-calculator"}
+            command: {calculator}
         system_prompt: Use the calculator. End with <answer>RESULT</answer>.
         reward: reward_fn.py:correct
         dataset: tasks.jsonl
@@ -66,8 +66,9 @@ def write_env(tmp_path: Path, bin_dir: Path) -> Path:
     return path
 
 
-async def test_pypi_server_tools_through_the_env(third_party_bin: Path, tmp_path: Path) -> None:
-    env = McpEnv.from_file(write_env(tmp_path, third_party_bin), workspace_root=tmp_path / "ws", pool_size=0)
+async def test_pypi_server_tools_through_the_env(tmp_path: Path) -> None:
+    path = write_env(tmp_path, third_party("calculator"))
+    env = McpEnv.from_file(path, workspace_root=tmp_path / "ws", pool_size=0)
     try:
         await env.init_rollout("r")
         (spec,) = await env.list_tools()
@@ -79,10 +80,8 @@ async def test_pypi_server_tools_through_the_env(third_party_bin: Path, tmp_path
         await env.shutdown()
 
 
-async def test_gymflow_rollout_runs_an_env_file_of_a_pypi_server(
-    temporal_address: str, third_party_bin: Path, tmp_path: Path
-) -> None:
-    path = write_env(tmp_path, third_party_bin)
+async def test_gymflow_rollout_runs_an_env_file_of_a_pypi_server(temporal_address: str, tmp_path: Path) -> None:
+    path = write_env(tmp_path, third_party("calculator"))
     async with PolicyServer(CalculatePolicy()) as policy:
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "workers.cli", "rollout", str(path), "--n", "3", "--json",

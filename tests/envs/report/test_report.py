@@ -1,22 +1,23 @@
-"""workers.report: the files' numbers are envs.stats' numbers; infra failures are counted, never 0."""
+"""envs.report and its files: the numbers are envs.stats' numbers, infra failures are counted (never 0),
+and the HTML page names what was compared, links it, and plots both sides on sensible axes."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import sys
+import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from envs import stats
 from envs.contract import Reward, TerminationReason, Trajectory
+from envs.report import BatchRef
+from envs.report.svg import axis_range, nice_ticks
 from workers.report import summarize, write_report
-
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _traj(rollout_id: str, task_id: str, reward: float | None, reason: TerminationReason) -> Trajectory:
@@ -110,21 +111,22 @@ def test_report_numbers_are_envs_stats(tmp_path: Path, batches: tuple[list[Traje
         "notes": None,
     }
 
-    markdown = (tmp_path / "report.md").read_text()
-    assert "500 replicates, 95% confidence, seed 3" in markdown
-    assert f"| mean reward | {data['policy']['mean']['value']:.3f} |" in markdown
-    assert "| IQM |" in markdown and "| 3 |" in markdown and "P(policy > baseline)" in markdown
-    # Same inputs and seed: byte-identical numbers.
-    write_report(policy, tmp_path / "again", baseline=baseline, seed=3, reps=500, plots=False)
-    again = json.loads((tmp_path / "again" / "report.json").read_text())
-    assert again | {"files": None} == data | {"files": None}
+    page = (tmp_path / "report.html").read_text()
+    assert "500 replicates, 95% confidence, seed 3" in page
+    mean = data["policy"]["mean"]
+    assert f"{mean['value']:.3f} [{mean['low']:.3f}, {mean['high']:.3f}]" in page
+    assert "IQM" in page and "P(policy &gt; baseline)" in page
+    # Same inputs and seed: byte-identical files.
+    write_report(policy, tmp_path / "again", baseline=baseline, seed=3, reps=500)
+    assert (tmp_path / "again" / "report.json").read_text() == (tmp_path / "report.json").read_text()
+    assert (tmp_path / "again" / "report.html").read_text() == page
 
 
 def test_infra_failures_are_excluded_and_counted(
     tmp_path: Path, batches: tuple[list[Trajectory], list[Trajectory]]
 ) -> None:
     policy, _ = batches
-    report = write_report(policy, tmp_path, reps=200, plots=False)
+    report = write_report(policy, tmp_path, reps=200)
     side = report.policy
     assert (side.rollouts, side.completed, side.infra_failed, side.tasks) == (23, 18, 5, 5)
     assert side.infra_failed_by_reason == {"env_error": 1, "model_error": 3, "node_lost": 1}
@@ -141,42 +143,78 @@ def test_infra_failures_are_excluded_and_counted(
     all_scored = [t.reward.total for t in policy if t.reward is not None]
     assert side.mean is not None
     assert side.mean.value > sum(all_scored) / len(policy)
-    markdown = (tmp_path / "report.md").read_text()
-    assert "5 infra-failed (excluded, not scored 0; env_error: 1, model_error: 3, node_lost: 1)" in markdown
-    assert "| dead | 2 | 0 | 2 | 0 | - | - |" in markdown
+    page = (tmp_path / "report.html").read_text()
+    assert "5 (env_error: 1, model_error: 3, node_lost: 1)" in page
+    cells = '<td class="num">2</td><td class="num">0</td><td class="num">2</td><td class="num">0</td>'
+    assert f"<td>dead</td>{cells}" in page
 
 
-def test_plots_are_valid_pngs(tmp_path: Path, batches: tuple[list[Trajectory], list[Trajectory]]) -> None:
+def _svgs(page: str) -> list[ET.Element]:
+    return [ET.fromstring(m) for m in re.findall(r"<svg .*?</svg>", page, re.DOTALL)]
+
+
+def test_page_is_self_contained_names_both_sides_and_links(
+    tmp_path: Path, batches: tuple[list[Trajectory], list[Trajectory]]
+) -> None:
     policy, baseline = batches
-    report = write_report(policy, tmp_path, baseline=baseline, reps=200)
-    pngs = ["rewards.png", "per_task.png", "aggregates.png", "comparison.png"]
-    assert report.files == ["report.json", "report.md", *pngs]
-    for name in pngs:
-        path = tmp_path / name
-        assert path.read_bytes()[:8] == PNG_MAGIC
-        with Image.open(path) as image:
-            image.verify()
-            assert image.format == "PNG" and image.size[0] > 300 and image.size[1] > 100
-    assert "![comparison.png](comparison.png)" in (tmp_path / "report.md").read_text()
-    alone = write_report(policy, tmp_path / "alone", reps=200)
-    assert alone.files == ["report.json", "report.md", *pngs[:3]] and alone.comparison is None
+    ui = "http://localhost:8999/namespaces/default"
+    refs = [
+        BatchRef(
+            role="policy", batch_id="eval-1", label="calculator", ui=f"{ui}/workflows/eval-1", report="file:///r.html"
+        ),
+        BatchRef(role="baseline", batch_id="eval-2", label="null", ui=f"{ui}/workflows/eval-2"),
+    ]
+    write_report(policy, tmp_path, baseline=baseline, reps=100, labels=("calculator", "null"), batches=refs, ui_base=ui)
+    page = (tmp_path / "report.html").read_text()
+    assert "<script" not in page and "<img" not in page and "<link" not in page  # nothing to fetch
+    assert "<title>math: calculator vs null</title>" in page
+    assert 'href="http://localhost:8999/namespaces/default/workflows/eval-1"' in page and "eval-2" in page
+    assert 'href="file:///r.html"' in page  # the policy batch's own report
+    assert "model policy-7b" in page
+    query = "GymflowBatch%3D%22eval-1%22%20AND%20GymflowTask%3D%22t1%22"
+    assert f'href="{ui}/workflows?query={query}"' in page
+    figures = _svgs(page)
+    assert len(figures) == 6  # distribution, aggregates, per task, difference, P(improvement), scatter
+    ns = "{http://www.w3.org/2000/svg}"
+    by_title = {f.findtext(f"{ns}title", ""): f for f in figures}
+    for title, figure in by_title.items():  # both sides on every plot that compares them
+        if title.startswith(("Reward distribution", "Aggregate", "Per-task mean reward (95%")):
+            colors = {e.get("fill") for e in figure.iter() if e.tag in {f"{ns}rect", f"{ns}circle"}}
+            assert {"#2563eb", "#ea580c"} <= colors, title
+    scatter = next(f for t, f in by_title.items() if t.startswith("Per-task mean reward (5 tasks)"))
+    labels = {t.text for t in scatter.iter(f"{ns}text")}
+    assert {"null (baseline)", "calculator (policy)"} <= labels
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["policy"]["label"] == "calculator" and data["baseline"]["label"] == "null"
+    assert data["batches"][0]["batch_id"] == "eval-1" and data["ui_base"] == ui
 
 
-def test_works_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batches: Any) -> None:
-    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
-        monkeypatch.setitem(sys.modules, name, None)
-    monkeypatch.setitem(sys.modules, "matplotlib", None)
-    report = write_report(batches[0], tmp_path, reps=100, plots=False)
-    assert report.files == ["report.json", "report.md"]
-    with pytest.raises(ImportError, match=r"gymflow\[report\]"):
-        write_report(batches[0], tmp_path, reps=100)
+def test_axes_are_sensible() -> None:
+    assert axis_range([1.0, 1.0, 1.0]) == (0.0, 1.0)  # never 0.96-1.04
+    assert axis_range([0.0]) == (0.0, 1.0)
+    assert axis_range([]) == (0.0, 1.0)
+    lo, hi = axis_range([0.5, 3.0])
+    assert lo <= 0.0 and hi >= 3.0
+    assert axis_range([5.0], unit=None) == (4.5, 5.5)
+    assert axis_range([-0.2, 0.4], unit=(-1.0, 1.0)) == (-1.0, 1.0)
+    assert nice_ticks(0.0, 1.0) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+
+
+def test_all_ones_gets_a_unit_axis(tmp_path: Path) -> None:
+    ones = [_traj(f"r{i}", f"t{i}", 1.0, TerminationReason.FINAL_ANSWER) for i in range(5)]
+    write_report(ones, tmp_path, reps=50)
+    page = (tmp_path / "report.html").read_text()
+    for figure in _svgs(page):
+        ticks = [t.text for t in figure.iter("{http://www.w3.org/2000/svg}text") if t.get("text-anchor") == "middle"]
+        numbers = [float(t) for t in ticks if t and re.fullmatch(r"-?[0-9.]+", t)]
+        assert min(numbers) == 0.0 and max(numbers) == 1.0, ticks
 
 
 def test_edge_cases(tmp_path: Path) -> None:
     failed = [_traj(f"r{i}", "t", None, TerminationReason.MODEL_ERROR) for i in range(3)]
     report = write_report(failed, tmp_path, reps=100)
     assert (report.policy.completed, report.policy.infra_failed, report.policy.mean, report.pass_k) == (0, 3, None, [])
-    assert report.files == ["report.json", "report.md"]
+    assert "<svg" not in (tmp_path / "report.html").read_text()  # nothing scored, nothing to plot
     with pytest.raises(ValueError, match="no trajectories"):
         summarize([])
     unscored = _traj("r9", "t", 1.0, TerminationReason.FINAL_ANSWER).model_copy(update={"reward": None})

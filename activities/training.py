@@ -1,0 +1,392 @@
+"""The training run's preparation and evaluation boundary: validate a run, serve its policies,
+bundle and upload what the trainer needs, compare checkpoints with the baseline, write the
+manifest. Launching, watching and stopping the trainer is activities.trainer_jobs.
+
+Each activity is idempotent by run id: storage keys are content-addressed or per run, and the
+backends (deploy.training) find a job they started before instead of starting another. Watching is
+a heartbeating activity that returns when the trainer ends or after a slice of time, so a killed
+worker's watch is picked up by another within the heartbeat timeout, and the workflow gets a point
+to continue as new. Failures that retrying cannot fix (a bad config, a trainer that failed) are
+non-retryable `ApplicationError`s whose message names the field or carries the trainer's last log
+lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import time
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+
+from activities import errors
+from activities.bundle import Bundle, BundleError, build_bundle, read_splits, sha256, to_task_jsonl
+from activities.comparison import compare_batches
+from activities.model import ModelConfig
+from activities.storage import StorageError, open_store, read_trajectories
+from deploy import training as backends
+from envs.contract import BaseEnv, DatasetError, Task, Wire
+from envs.registry import EnvFileError, UnknownEnvError, env_class
+from workflows.training_schema import (
+    CheckpointReport,
+    EvalSummary,
+    PreparedRun,
+    RunConfig,
+    TrainerSpec,
+)
+
+TRAINING_CONFIG = "TrainingConfigError"
+"""Non-retryable: the run's config is invalid; the message names every field at fault."""
+TRAINER_FAILED = "TrainerFailed"
+"""Non-retryable: the trainer exited with an error; the message holds its last log lines."""
+SERVICE_START_S = 60.0
+
+
+class ValidateInput(Wire):
+    run_id: str
+    config: RunConfig
+
+
+class ValidationReport(Wire):
+    tools: list[str]
+    train_tasks: int
+    eval_tasks: int
+    smoke_tasks: list[Task]
+    """The first train tasks, for the smoke rollouts."""
+
+
+class ServicesInput(Wire):
+    run_id: str
+    env: str
+    policies: dict[str, str]
+    """Service name -> env baseline policy name."""
+
+
+class BundleInfo(Wire):
+    env: str
+    digest: str
+    filename: str
+    requirements: list[str]
+    files: int
+
+
+class UploadInput(Wire):
+    run_id: str
+    config: RunConfig
+    bundle: BundleInfo
+    baseline: ModelConfig
+    services: list[str]
+    task_queue: str
+
+
+class CompareInput(Wire):
+    run_id: str
+    checkpoint: CheckpointReport
+    batch_id: str
+    parts: list[str]
+    baseline_parts: list[str]
+    reps: int = 2000
+    storage: str | None = None
+
+
+class ManifestInput(Wire):
+    run_id: str
+    storage: str | None = None
+    manifest: dict[str, Any]
+
+
+def check_config(config: RunConfig, *, require_skypilot: bool = True) -> list[str]:
+    """Every static problem of `config` as `field: message` (empty when it is fine).
+
+    Shared by the validate activity and `gymflow train launch`, which refuses a bad config before
+    it starts anything. SkyPilot tasks are parsed by the real skypilot (`sky.Task`), resources
+    included; without skypilot installed that is a problem unless `require_skypilot` is False
+    (`--dryrun` only prints the task).
+    """
+    problems = []
+    try:
+        cls = env_class(config.env)
+    except (UnknownEnvError, EnvFileError) as exc:
+        return [f"env: {exc}"]
+    for field, ref in (("baseline", config.baseline), ("validation.smoke_policy", config.validation.smoke_policy)):
+        if ref is not None and ref.policy is not None:
+            try:
+                cls.baseline_policy(ref.policy)
+            except (ValueError, NotImplementedError) as exc:
+                problems.append(f"{field}.policy: {exc}")
+    trainer = config.trainer
+    workdir = Path(trainer.workdir)
+    if not workdir.is_dir():
+        problems.append(f"trainer.workdir: no directory {workdir.resolve()}")
+    if trainer.backend == "local":
+        problems += _local_resources(config)
+        program = trainer.command[0] if trainer.command else ""
+        if not program or not (shutil.which(program) or (workdir / program).is_file() or program == "python"):
+            problems.append(f"trainer.command: cannot find {program!r}")
+    else:
+        task_file = workdir / trainer.task_file
+        if not task_file.is_file():
+            problems.append(f"trainer.task_file: no file {task_file}")
+        else:
+            try:
+                backends.validate_task(backends.task_config(task_file, env={}, resources=resources(config)))
+            except RuntimeError as exc:
+                if require_skypilot:
+                    problems.append(f"trainer.backend: {exc}")
+            except ValueError as exc:
+                problems.append(f"trainer: {exc}")
+    return problems
+
+
+def resources(config: RunConfig) -> dict[str, Any]:
+    """The trainer's resources as SkyPilot reads them (unset keys left out)."""
+    return config.trainer.resources.model_dump(exclude_none=True)
+
+
+def _local_resources(config: RunConfig) -> list[str]:
+    resources = config.trainer.resources
+    problems = []
+    cpus = resources.minimum("cpus")
+    if cpus is not None and cpus > (os.cpu_count() or 1):
+        problems.append(
+            f"trainer.resources.cpus: the local backend has {os.cpu_count()} CPUs, the run asks for {cpus:g}"
+        )
+    memory = resources.minimum("memory")
+    total_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    if memory is not None and memory > total_gb:
+        problems.append(
+            f"trainer.resources.memory: the local backend has {total_gb:.0f} GB, the run asks for {memory:g}"
+        )
+    if resources.accelerators:
+        problems.append("trainer.resources.accelerators: the local backend has no accelerators (use backend: skypilot)")
+    return problems
+
+
+def _fail(message: str, type: str = TRAINING_CONFIG) -> Exception:
+    return errors.non_retryable(message, type=type)
+
+
+class TrainingActivities:
+    """Activities that prepare and evaluate a training run; owns its storage and its local services."""
+
+    def __init__(self, *, data_dir: Path, default_storage: str, s3_endpoint_url: str | None = None) -> None:
+        self.data_dir = data_dir
+        self.default_storage = default_storage
+        self.s3_endpoint_url = s3_endpoint_url
+
+    def activities(self) -> list[Any]:
+        """Every activity of the training boundary, for the worker."""
+        return [self.validate, self.start_services, self.bundle, self.upload, self.compare, self.write_manifest]
+
+    def _store(self, storage: str | None) -> Any:
+        try:
+            return open_store(storage or self.default_storage, s3_endpoint_url=self.s3_endpoint_url)
+        except StorageError as exc:
+            raise _fail(f"storage: {exc}") from exc
+
+    @activity.defn(name="validate_training_run")
+    async def validate(self, input: ValidateInput) -> ValidationReport:
+        """Static checks: env and policies, trainer and resources, dataset rows, storage, tools."""
+        config = input.config
+        problems = await asyncio.to_thread(check_config, config)
+        if problems:
+            raise _fail("; ".join(problems))
+        try:
+            splits = await read_splits(config.dataset, config.env, s3_endpoint_url=self.s3_endpoint_url)
+        except (DatasetError, StorageError) as exc:
+            raise _fail(f"dataset: {exc}") from exc
+        except Exception as exc:  # network failures of the dataset's store
+            raise _fail(f"dataset: cannot read {config.dataset.uri}: {exc}") from exc
+        if len(splits.eval) < config.eval.tasks:
+            raise _fail(
+                f"eval.tasks: the eval split has {len(splits.eval)} tasks, the run asks for {config.eval.tasks}"
+            )
+        store = self._store(config.storage)
+        key = f"runs/{input.run_id}/.probe"
+        try:
+            uri = await store.put(key, b"ok")
+            await store.get(uri)
+        except Exception as exc:  # connection refused, no bucket, no permission: all "unreachable"
+            raise _fail(f"storage: cannot write and read {store.uri(key)}: {exc}") from exc
+        tools = await self._tools(env_class(config.env))
+        if not tools:
+            raise _fail(f"env: {config.env} lists no tools")
+        return ValidationReport(
+            tools=tools,
+            train_tasks=len(splits.train),
+            eval_tasks=len(splits.eval),
+            smoke_tasks=splits.train[: config.validation.smoke_rollouts],
+        )
+
+    async def _tools(self, cls: type[BaseEnv]) -> list[str]:
+        workspace = self.data_dir / "training" / ".validate"
+        env = cls(workspace_root=workspace, pool_size=0)
+        try:
+            return [tool.name for tool in await asyncio.wait_for(env.list_tools(), 120)]
+        except Exception as exc:  # a server that does not start is the env's problem, reported as such
+            raise _fail(f"env: listing the tools of {cls.name or cls.__name__} failed: {exc}") from exc
+        finally:
+            await env.shutdown()
+
+    @activity.defn(name="start_policy_services")
+    async def start_services(self, input: ServicesInput) -> dict[str, str]:
+        """Serve env baseline policies for the run (`gymflow policy serve`), once; name -> URL."""
+        jobs = backends.LocalJobs(self.data_dir, input.run_id)
+        urls = {}
+        for name, policy in sorted(input.policies.items()):
+            port = backends.free_port()
+            command = [
+                sys.executable,
+                "-m",
+                "workers.cli",
+                "policy",
+                "serve",
+                input.env,
+                "--policy",
+                policy,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ]
+            record, _ = await asyncio.to_thread(
+                jobs.launch, name, command, cwd=Path.cwd(), env=dict(os.environ), extra={"port": port}
+            )
+            url = f"http://127.0.0.1:{record['port']}/v1"
+            deadline = time.monotonic() + SERVICE_START_S
+            while not await asyncio.to_thread(_answers, url):
+                activity.heartbeat(name)
+                if not jobs.running(record) or time.monotonic() > deadline:
+                    raise _fail(
+                        f"policy service {name} ({policy}) did not start:\n{jobs.tail(record)}", errors.ENV_ERROR
+                    )
+                await asyncio.sleep(0.1)
+            urls[name] = url
+        return urls
+
+    @activity.defn(name="bundle_env")
+    async def bundle(self, env: str) -> BundleInfo:
+        """Build the env's sdist (see activities.bundle) and keep it in this host's bundle cache."""
+        try:
+            bundle = await asyncio.to_thread(build_bundle, env)
+        except (BundleError, OSError) as exc:
+            raise _fail(f"env: cannot bundle {env}: {exc}") from exc
+        await asyncio.to_thread(self._cache, bundle)
+        return BundleInfo(
+            env=env,
+            digest=bundle.digest,
+            filename=bundle.filename,
+            requirements=bundle.requirements,
+            files=len(bundle.files),
+        )
+
+    def _cache(self, bundle: Bundle) -> Path:
+        path = self.data_dir / "bundles" / bundle.digest / bundle.filename
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(bundle.data)
+            tmp.replace(path)
+        return path
+
+    @activity.defn(name="upload_training_run")
+    async def upload(self, input: UploadInput) -> PreparedRun:
+        """Upload the bundle, the dataset splits and the trainer spec; returns their URIs and digests."""
+        config, info = input.config, input.bundle
+        cached = self.data_dir / "bundles" / info.digest / info.filename
+        data = cached.read_bytes() if cached.is_file() else (await asyncio.to_thread(build_bundle, config.env)).data
+        if sha256(data) != info.digest:  # another host built it differently: its environment differs
+            raise _fail(f"env: the bundle built here has digest {sha256(data)}, not {info.digest}", errors.ENV_ERROR)
+        store = self._store(config.storage)
+        bundle_uri = await store.put(f"bundles/{info.digest}/{info.filename}", data)
+        requirements_uri = await store.put(
+            f"bundles/{info.digest}/requirements.txt", "".join(f"{r}\n" for r in info.requirements).encode()
+        )
+        splits = await read_splits(config.dataset, config.env, s3_endpoint_url=self.s3_endpoint_url)
+        train, evals = to_task_jsonl(splits.train), to_task_jsonl(splits.eval)
+        dataset_digest = sha256(sha256(train).encode() + sha256(evals).encode())
+        base = f"datasets/{dataset_digest}"
+        train_uri = await store.put(f"{base}/train.jsonl", train)
+        eval_uri = await store.put(f"{base}/eval.jsonl", evals)
+        await store.put(
+            f"{base}/manifest.json",
+            _json(
+                {
+                    "env": config.env,
+                    "train": len(splits.train),
+                    "eval": len(splits.eval),
+                    "train_sha256": sha256(train),
+                    "eval_sha256": sha256(evals),
+                    "source": splits.source,
+                }
+            ),
+        )
+        config_digest = sha256(config.model_dump_json().encode())
+        spec = TrainerSpec(
+            run_id=input.run_id,
+            env=config.env,
+            config=config,
+            train_uri=train_uri,
+            eval_uri=eval_uri,
+            bundle_uri=bundle_uri,
+            requirements_uri=requirements_uri,
+            bundle_digest=info.digest,
+            dataset_digest=dataset_digest,
+            storage=_base(store),
+            checkpoints=store.uri(f"runs/{input.run_id}/checkpoints"),
+            task_queue=input.task_queue,
+        )
+        spec_uri = await store.put(f"runs/{input.run_id}/run.json", spec.model_dump_json(indent=1).encode())
+        return PreparedRun(
+            spec_uri=spec_uri,
+            manifest_uri=store.uri(f"runs/{input.run_id}/manifest.json"),
+            dataset_digest=dataset_digest,
+            env_digest=info.digest,
+            config_digest=config_digest,
+            bundle_uri=bundle_uri,
+            train_uri=train_uri,
+            eval_uri=eval_uri,
+            train_tasks=len(splits.train),
+            eval_tasks=len(splits.eval),
+            baseline=input.baseline,
+            services=input.services,
+        )
+
+    @activity.defn(name="compare_checkpoint")
+    async def compare(self, input: CompareInput) -> EvalSummary:
+        """A checkpoint's eval batch against the baseline's, paired by task (envs.stats)."""
+        checkpoint = await read_trajectories(input.parts, s3_endpoint_url=self.s3_endpoint_url)
+        baseline = await read_trajectories(input.baseline_parts, s3_endpoint_url=self.s3_endpoint_url)
+        summary, report = await asyncio.to_thread(compare_batches, input, checkpoint, baseline)
+        store = self._store(input.storage)
+        uri = await store.put(f"runs/{input.run_id}/evals/{input.checkpoint.name}.json", _json(report))
+        return summary.model_copy(update={"report_uri": uri})
+
+    @activity.defn(name="write_training_manifest")
+    async def write_manifest(self, input: ManifestInput) -> str:
+        """The run's lineage as `runs/<run id>/manifest.json`."""
+        return await self._store(input.storage).put(f"runs/{input.run_id}/manifest.json", _json(input.manifest))
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/models", timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def _base(store: Any) -> str:
+    return str(store.uri("x"))[:-2]
+
+
+def _json(value: Mapping[str, Any]) -> bytes:
+    import json
+
+    return json.dumps(value, indent=1, default=str).encode()

@@ -1,0 +1,87 @@
+"""The search environment: answer questions over a document collection with BM25 search and a reader.
+
+Tasks come from datasets written by `gymflow dataset generate` (`DatasetGenerationWorkflow`);
+each names its dataset's corpus in ``init_args.corpus``. A rollout gets its own search server
+(`envs.search.servers.search`) reading that corpus, fetched once per worker into a local cache.
+Rewards: token F1 / exact match of the ``<answer>`` and citation of a gold document
+(`envs.search.rewards`); with ``SearchEnv(judge=True)`` an LLM judge also scores the answer
+against the reference (the rollout's judge settings or the worker's GYMFLOW_JUDGE_URL).
+Stateless: the server only reads, so a lost rollout simply gets a fresh one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+from envs.contract import Message, Reward, Task
+from envs.mcp.env import McpEnv
+from envs.policy import NullPolicy, Policy
+from envs.rewards.rubric import Rubric
+from envs.search.data import load_split, local_corpus
+from envs.search.rewards import correctness_rubric, search_reward
+from envs.search.servers.search import CORPUS_POINTER
+
+SYSTEM_PROMPT = (
+    "You answer questions about a document collection. Use the search tool to find passages and the read "
+    "tool to read documents; do not answer from memory. When you are done, reply with the answer as "
+    "<answer>SHORT ANSWER</answer> followed by the id of each document you used as <cite>DOC_ID</cite>."
+)
+
+
+class SearchEnv(McpEnv):
+    """Question answering over a corpus: search and read tools, F1 + citation reward."""
+
+    name = "search"
+    system_prompt = SYSTEM_PROMPT
+    stateless = True
+    mcp_servers = {"search": {"command": "python", "args": ["-m", "envs.search.servers.search"]}}
+
+    def __init__(self, *, judge: bool = False, **kwargs: Any) -> None:
+        """Args:
+        judge: Have an LLM judge score every rollout with `correctness_rubric` too.
+        """
+        super().__init__(**kwargs)
+        self.judge = judge
+
+    async def init_rollout(self, rollout_id: str, **rollout_args: Any) -> None:
+        """Stage the task's corpus (``init_args.corpus``: a path, file:// or s3:// URI)."""
+        corpus = rollout_args.pop("corpus", None)
+        if corpus is not None:
+            if not isinstance(corpus, str):
+                raise ValueError("search init_args: 'corpus' must be a URI string")
+            try:
+                path = await asyncio.to_thread(local_corpus, corpus)
+            except FileNotFoundError as exc:
+                raise ValueError(f"search init_args: {exc}") from exc
+            rollout_args["files"] = {**(rollout_args.get("files") or {}), CORPUS_POINTER: str(path)}
+        await super().init_rollout(rollout_id, **rollout_args)
+
+    async def compute_reward(
+        self, rollout_id: str, completion: list[Message], ground_truth: Any, **kwargs: Any
+    ) -> Reward:
+        del rollout_id, kwargs
+        return search_reward(completion, ground_truth)
+
+    def rubric(self, task: Task) -> Rubric | None:
+        del task
+        return correctness_rubric() if self.judge else None
+
+    @classmethod
+    def load_dataset(cls, name: str, **kwargs: Any) -> Iterable[Task]:
+        """A dataset URI written by `gymflow dataset generate` (kwargs: split, default ``eval``; n)."""
+        tasks = load_split(name, str(kwargs.get("split", "eval")))
+        n = kwargs.get("n")
+        return tasks[: int(n)] if n is not None else tasks
+
+    @classmethod
+    def baseline_policy(cls, name: str = "default") -> Policy:
+        """`retrieve` (default; retrieve-read-extract) or `null`."""
+        if name in {"default", "retrieve"}:
+            from envs.search.policy import RetrievePolicy
+
+            return RetrievePolicy()
+        if name == "null":
+            return NullPolicy()
+        raise ValueError(f"search has no baseline policy {name!r}; choose retrieve or null")

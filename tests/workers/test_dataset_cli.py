@@ -1,0 +1,62 @@
+"""`gymflow dataset generate`, `gymflow dataset show` and `gymflow eval search --dataset URI` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+SAMPLE = Path(__file__).parents[2] / "envs" / "search" / "sample_corpus"
+
+
+def gymflow(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "workers.cli", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False)
+
+
+def generate(out: Path, server: list[str], cwd: Path) -> dict[str, object]:
+    run = gymflow("dataset", "generate", "--source", f"corpus:{SAMPLE}", "--n", "30", "--out", str(out),
+                  "--eval-fraction", "0.4", "--json", *server, cwd=cwd)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "30/30 accepted" in run.stderr  # the progress bar
+    return json.loads(run.stdout)  # type: ignore[no-any-return]
+
+
+def test_generate_and_show(temporal_address: str, tmp_path: Path) -> None:
+    server = ["--address", temporal_address, "--task-queue", f"cli-{uuid.uuid4().hex[:8]}"]
+    out = tmp_path / "qa"
+    result = generate(out, server, tmp_path)
+    assert result["accepted"] == 30 and result["uri"] == out.as_uri()
+
+    show = gymflow("dataset", "show", str(out), "--json", cwd=tmp_path)
+    assert show.returncode == 0, show.stderr
+    summary = json.loads(show.stdout)
+    assert summary["accepted"] == 30 and sum(summary["splits"].values()) == 30
+    assert summary["rejections"] and summary["samples"]["train"]
+    text = gymflow("dataset", "show", str(out), cwd=tmp_path).stdout
+    assert "rejected" in text and "too_easy/answer_in_top1" in text
+    bad = gymflow("dataset", "generate", "--source", "wiki:somewhere", "--n", "3", *server, cwd=tmp_path)
+    assert bad.returncode == 2 and "corpus:DIR" in bad.stderr
+    missing = gymflow(
+        "dataset", "generate", "--source", f"corpus:{tmp_path / 'none'}", "--n", "3", *server, cwd=tmp_path
+    )
+    last = missing.stderr.strip().splitlines()[-1]  # (the in-process worker logs the failed activity above it)
+    assert missing.returncode == 1 and last.startswith("gymflow dataset generate:") and "does not exist" in last
+
+
+@pytest.mark.slow  # ~70 s on the busy 2-core box: two batches of real search rollouts
+def test_eval_search_on_a_generated_dataset(temporal_address: str, tmp_path: Path) -> None:
+    server = ["--address", temporal_address, "--task-queue", f"cli-{uuid.uuid4().hex[:8]}"]
+    out = tmp_path / "qa"
+    generate(out, server, tmp_path)
+    evaluation = gymflow("eval", "search", "--dataset", str(out), "--policy", "retrieve", "--baseline", "null",
+                         "--n", "6", "--reps", "200", "--out", str(tmp_path / "report"), "--json", *server,
+                         cwd=tmp_path)  # fmt: skip
+    assert evaluation.returncode == 0, evaluation.stderr[-3000:]
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["policy"]["infra_failed"] == 0 and report["baseline"]["mean"]["value"] == 0.0
+    assert report["policy"]["mean"]["value"] > 0.2

@@ -1,0 +1,181 @@
+"""`gymflow inspect` and `gymflow status` against real rollouts, a real batch and a parent nobody serves."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+from temporalio.client import Client
+
+from activities.model import ModelConfig
+from envs.crm.policy import ReferencePolicy
+from envs.crm.tasks import generate_tasks, make_task
+from envs.math.data import generate_tasks as generate_math_tasks
+from workers import inspect, status
+from workers.client import start_rollout
+from workers.policy_server import AppServer, build_app
+from workers.worker import RunningWorker
+from workflows import names
+from workflows.group import BatchRolloutWorkflow
+from workflows.schema import BatchInput, RolloutInput, RolloutOptions
+
+UI = "http://localhost:9999/namespaces/default"
+T = TypeVar("T")
+
+
+class Gate:
+    """An ASGI wrapper that answers the first `free` requests, then holds the rest until `open()`.
+
+    The policy server runs in the test's event loop (as the worker does): the hold must await, not block.
+    """
+
+    def __init__(self, app: ASGIApp, *, free: int) -> None:
+        self.app, self.free = app, free
+        self.opened = asyncio.Event()
+
+    def open(self) -> None:
+        self.opened.set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].endswith("/chat/completions"):
+            self.free -= 1
+            if self.free < 0:
+                await self.opened.wait()
+        await self.app(scope, receive, send)
+
+
+async def eventually(probe: Callable[[], Awaitable[T]], ok: Callable[[T], bool], *, timeout_s: float = 30) -> T:
+    """Call `probe` until `ok` holds for its value (visibility and queries are eventually consistent)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await probe()
+        if ok(value) or time.monotonic() > deadline:
+            return value
+        await asyncio.sleep(0.2)
+
+
+def cli(address: str, *args: str) -> Any:
+    run = subprocess.run(
+        [sys.executable, "-m", "workers.cli", *args, "--address", address, "--json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout)
+
+
+async def test_inspect_a_running_then_finished_rollout(
+    client: Client, worker: RunningWorker, temporal_address: str
+) -> None:
+    gate = Gate(build_app(ReferencePolicy()), free=1)
+    task = make_task(0, 1)  # top_agent: search_products, then run_query
+    async with AppServer(gate) as server:
+        model = ModelConfig(base_url=server.url, model="reference")
+        handle = await start_rollout(
+            client, RolloutInput(env="crm", task=task, model=model), task_queue=worker.task_queue
+        )
+        try:
+            running = await eventually(  # held in its second model turn, after one tool call
+                lambda: inspect.inspect_workflow(client, handle.id, run_id=None, ui_url=UI),
+                lambda i: len(i.steps) == 4,
+            )
+        finally:
+            gate.open()
+        result = await handle.result()
+    assert running.status == "RUNNING" and running.progress["tool_calls"] == 1
+    assert [s.activity for s in running.steps[:3]] == ["init_rollout", "generate", "call_tool"]
+    assert running.steps[-1].activity == "generate" and running.steps[-1].outcome == "running"
+
+    done = await inspect.inspect_workflow(client, handle.id, run_id=None, ui_url=UI)
+    assert done.status == "COMPLETED" and done.ui == f"{UI}/workflows/{quote(handle.id, safe='')}/{done.run_id}/history"
+    assert done.search_attributes["GymflowTask"] == task.id and done.search_attributes["GymflowReward"] == 1.0
+    assert all(s.outcome == "completed" and s.duration_s is not None and s.duration_s >= 0 for s in done.steps)
+    assert [s.activity for s in done.steps] == [
+        "init_rollout",
+        *["generate", "call_tool"] * 2,
+        "generate",
+        "compute_reward",
+    ]
+    text = inspect.render(done)
+    assert "reward 1.000 (exact 1) · final_answer · 3 turns, 2 tool calls, 0 recoveries" in text
+    product = task.prompt.split('"')[1]  # type: ignore[union-attr]
+    assert f'crm.search_products(name="{product}")' in text
+    assert "→ reward 1.0 (exact=1)" in text and f"final answer: <answer>{result.messages[-1].content[8:]}" in text
+
+    data = cli(temporal_address, "inspect", handle.id)  # the command, as a person runs it
+    assert data["result"]["reward"]["total"] == 1.0 and len(data["steps"]) == 7
+    assert data["steps"][2]["result"]["text"].startswith('{"products":')
+
+
+async def test_status_lists_running_parents_with_progress(
+    client: Client, worker: RunningWorker, temporal_address: str
+) -> None:
+    gate = Gate(build_app(ReferencePolicy()), free=2)  # each rollout's first turn
+    async with AppServer(gate) as server:
+        batch = await client.start_workflow(
+            BatchRolloutWorkflow.run,
+            BatchInput(
+                env="crm",
+                tasks=generate_tasks(2, seed=0),
+                options=RolloutOptions(model=ModelConfig(base_url=server.url, model="reference")),
+                label="reference",
+            ),
+            id=f"status-batch-{uuid.uuid4().hex[:8]}",
+            task_queue=worker.task_queue,
+        )
+        # A dataset run (written elsewhere) that no worker serves: listed, its progress unavailable.
+        orphan = await client.start_workflow(
+            names.DATASET_WORKFLOW,
+            {"n": 1},
+            id=f"status-ds-{uuid.uuid4().hex[:8]}",
+            task_queue=f"nobody-{uuid.uuid4().hex}",
+        )
+        try:
+            await eventually(lambda: batch.query(BatchRolloutWorkflow.progress), lambda p: p["in_flight"] == 2)
+            found = await eventually(
+                lambda: status.collect(client, ui_url=UI, timeout_s=1.0),
+                lambda s: {batch.id, orphan.id} <= {r.workflow_id for r in s.parents},
+            )
+            from_cli = cli(temporal_address, "status")
+        finally:
+            gate.open()
+            await orphan.terminate()
+        result = await batch.result()
+    rows = {r.workflow_id: r for r in found.parents}
+    assert rows[batch.id].env == "crm" and rows[batch.id].ui == f"{UI}/workflows/{batch.id}"
+    child = await inspect.inspect_workflow(client, f"{batch.id}/r0", run_id=None, ui_url=UI)
+    assert child.ui.startswith(f"{UI}/workflows/{batch.id}%2Fr0/")  # a '/' in an id is escaped for the UI
+    assert rows[batch.id].progress["in_flight"] == 2 and rows[batch.id].progress["completed"] == 0
+    assert isinstance(rows[orphan.id].progress, str) and rows[orphan.id].progress.startswith("unavailable")
+    assert found.rollouts_running.get("crm", 0) >= 2
+    text = status.render(found)
+    assert text.index("BatchRolloutWorkflow") < text.index("DatasetGenerationWorkflow")
+    assert f"{batch.id} [crm]" in text and "in_flight 2" in text
+    assert batch.id in {r["workflow_id"] for r in from_cli["parents"]}
+    # The batch wrote its report when it ended, named after its policy.
+    assert result.completed == 2 and result.mean_reward == 1.0 and result.report is not None
+    page = Path(result.report.removeprefix("file://")).read_text()
+    assert "<title>crm: reference</title>" in page
+
+
+async def test_inspect_shows_local_model_turns(
+    client: Client, worker: RunningWorker, calculator_policy_url: str
+) -> None:
+    task = generate_math_tasks(1, seed=3)[0]
+    model = ModelConfig(base_url=calculator_policy_url, local_activity=True)  # turns recorded as markers
+    handle = await start_rollout(client, RolloutInput(env="math", task=task, model=model), task_queue=worker.task_queue)
+    result = await handle.result()
+    seen = await inspect.inspect_workflow(client, handle.id, run_id=None, ui_url=UI)
+    turns = [s for s in seen.steps if s.activity == "generate"]
+    assert len(turns) == result.turns and all(s.summary == "generate (local)" for s in turns)
+    assert all(s.outcome == "completed" and s.duration_s is not None and s.duration_s >= 0 for s in turns)
+    assert "<answer>" in inspect.render(seen).split("final answer: ")[1]
+    assert inspect.render(seen).count("→ says") + inspect.render(seen).count(" calls ") >= result.turns

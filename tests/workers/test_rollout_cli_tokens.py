@@ -1,0 +1,28 @@
+"""`gymflow rollout --json --tokens vllm`: the JSON carries each rollout's token data."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from envs.tokens import TokenSequence, TurnTokens
+
+
+def test_rollout_json_includes_token_data(temporal_address: str, tmp_path: Path) -> None:
+    command = [
+        sys.executable, "-m", "workers.cli", "rollout", "math", "--n", "2", "--json", "--tokens", "vllm",
+        "--address", temporal_address, "--task-queue", f"cli-{uuid.uuid4().hex[:8]}",
+        "--data-dir", str(tmp_path / "data"),
+    ]  # fmt: skip
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(run.stdout)["rollouts"]
+    assert len(rows) == 2
+    for row in rows:
+        turns = [TurnTokens.model_validate(t) for t in row["tokens"]]
+        assert len(turns) == row["turns"] and isinstance(row["tokens"][0]["prompt_ids"], str)  # base64 on the wire
+        sequence = TokenSequence.model_validate(row["token_sequence"])
+        assert sum(sequence.loss_mask) == sum(len(t.completion_ids) for t in turns)

@@ -1,0 +1,1 @@
+"""Adapters that plug gymflow environments into RL trainers (each imports its trainer lazily)."""

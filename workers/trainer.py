@@ -1,0 +1,138 @@
+"""The trainer SDK: what a trainer launched by a TrainingRunWorkflow uses to speak the contract.
+
+A trainer is started with these environment variables (and nothing else it must know):
+
+* ``GYMFLOW_RUN_ID`` — the run (the TrainingRunWorkflow's id);
+* ``GYMFLOW_RUN_SPEC`` — URI of ``run.json`` (`TrainerSpec`): env, config, the dataset splits
+  (Task JSONL), the env bundle (an sdist + pinned requirements), where to write checkpoints;
+* ``GYMFLOW_TEMPORAL_ADDRESS``, ``GYMFLOW_NAMESPACE``, ``GYMFLOW_TASK_QUEUE`` (and, for S3
+  storage, ``GYMFLOW_S3_ENDPOINT_URL`` plus the usual ``AWS_*`` credentials).
+
+Then::
+
+    session = await TrainerSession.connect()
+    tasks = await session.train_tasks()
+    async for group in session.groups(tasks[:8], n=8, model=ModelConfig(base_url=..., model=...)):
+        ...                                    # GRPO groups: trajectories, rewards, advantages
+    await session.report(step, {"reward": 0.5}, checkpoint=CheckpointReport(...))
+    await session.finish()                     # returns once every checkpoint is evaluated
+
+Reports are updates of the run workflow with an update id per step, so a report retried after a
+lost connection is applied once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+
+from activities.model import ModelConfig
+from activities.storage import base_of, open_store, tasks_from_jsonl
+from envs.contract import Task
+from workers.client import connect, data_converter, with_messages
+from workers.config import Settings
+from workflows import names
+from workflows.group import GroupRolloutWorkflow
+from workflows.schema import GroupInput, GroupResult, RolloutInput
+from workflows.training import TrainingRunWorkflow
+from workflows.training_schema import CheckpointReport, EvalSummary, FinishReport, StepReport, TrainerSpec
+
+
+class TrainerSession:
+    """A trainer's connection to its run: the spec, data, rollout groups, and reports back."""
+
+    def __init__(self, client: Client, spec: TrainerSpec, *, s3_endpoint_url: str | None = None) -> None:
+        self.client = client
+        self.spec = spec
+        self.s3_endpoint_url = s3_endpoint_url
+        self.handle: WorkflowHandle[Any, Any] = client.get_workflow_handle(spec.run_id)
+
+    @classmethod
+    async def connect(cls, environ: Mapping[str, str] | None = None) -> TrainerSession:
+        """The session of the run named by the environment (see the module docstring).
+
+        Raises:
+            KeyError: GYMFLOW_RUN_ID or GYMFLOW_RUN_SPEC is not set.
+        """
+        environ = os.environ if environ is None else environ
+        for name in ("GYMFLOW_RUN_ID", "GYMFLOW_RUN_SPEC"):
+            if name not in environ:
+                raise KeyError(f"{name} is not set: a trainer is started by `gymflow train launch`")
+        settings = Settings()
+        client = await connect(
+            settings.temporal_address, namespace=settings.namespace, data_converter=data_converter(settings)
+        )
+        uri = environ["GYMFLOW_RUN_SPEC"]
+        raw = await open_store(base_of(uri), s3_endpoint_url=settings.s3_endpoint_url).get(uri)
+        return cls(client, TrainerSpec.model_validate_json(raw), s3_endpoint_url=settings.s3_endpoint_url)
+
+    async def read(self, uri: str) -> bytes:
+        """An object from the run's storage (a split, a checkpoint)."""
+        return await open_store(base_of(uri), s3_endpoint_url=self.s3_endpoint_url).get(uri)
+
+    async def write_checkpoint(self, name: str, data: bytes) -> str:
+        """Store a checkpoint file under the run's checkpoint prefix; returns its URI."""
+        store = open_store(self.spec.checkpoints, s3_endpoint_url=self.s3_endpoint_url)
+        return await store.put(name, data)
+
+    async def train_tasks(self) -> list[Task]:
+        return tasks_from_jsonl(await self.read(self.spec.train_uri), source=self.spec.train_uri)
+
+    async def eval_tasks(self) -> list[Task]:
+        return tasks_from_jsonl(await self.read(self.spec.eval_uri), source=self.spec.eval_uri)
+
+    async def groups(
+        self, tasks: Iterable[Task], *, n: int | None = None, model: ModelConfig | None = None, concurrency: int = 8
+    ) -> AsyncIterator[GroupResult]:
+        """GRPO groups of `tasks` (n samples each, default the config's group size), as they finish.
+
+        Like `workers.client.iterate_groups`, but each group carries the run (id `<run>/group-...`,
+        GymflowRun=<run>): the Web UI lists it with the run, and cancelling the run cancels it.
+        """
+        config, run_id = self.spec.config, self.spec.run_id
+        options = config.rollout_options(model)
+        semaphore = asyncio.Semaphore(concurrency)
+
+        async def one(task: Task) -> GroupResult:
+            rollout = RolloutInput(
+                env=self.spec.env, task=task, model=options.model, limits=options.limits, retry=options.retry
+            )
+            group_input = GroupInput(
+                rollout=rollout, n=n or config.algorithm.group_size, scale_by_std=config.algorithm.scale_by_std
+            )
+            async with semaphore:
+                group = await self.client.execute_workflow(
+                    GroupRolloutWorkflow.run,
+                    group_input,
+                    id=f"{run_id}/group-{task.id}-{uuid.uuid4().hex[:8]}",
+                    task_queue=self.spec.task_queue,
+                    search_attributes=TypedSearchAttributes([SearchAttributePair(names.SA_RUN, run_id)]),
+                )
+                return await with_messages(self.client, group)
+
+        pending = [asyncio.ensure_future(one(task)) for task in tasks]
+        try:
+            for next_done in asyncio.as_completed(pending):
+                yield await next_done
+        finally:
+            for task in pending:
+                task.cancel()
+
+    async def report(
+        self, step: int, scalars: Mapping[str, float] | None = None, *, checkpoint: CheckpointReport | None = None
+    ) -> dict[str, Any]:
+        """Report a finished step (and a checkpoint); applied once even if retried."""
+        report = StepReport(step=step, scalars=dict(scalars or {}), checkpoint=checkpoint)
+        suffix = f"-{checkpoint.name}" if checkpoint else ""
+        return await self.handle.execute_update(TrainingRunWorkflow.report, report, id=f"report-{step}{suffix}")
+
+    async def finish(self, status: str = "succeeded", message: str = "") -> list[EvalSummary]:
+        """Tell the run the trainer is done; returns once every reported checkpoint is evaluated."""
+        report = FinishReport.model_validate({"status": status, "message": message})
+        return await self.handle.execute_update(TrainingRunWorkflow.finish, report, id="finish")
