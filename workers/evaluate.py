@@ -16,17 +16,21 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import quote
 
 from temporalio.client import Client, WorkflowHandle
+from temporalio.common import TypedSearchAttributes
 
 from activities.model import ModelConfig
 from activities.storage import read_trajectories
+from envs.report import BatchRef
 from workers.config import Settings
+from workers.progress import Progress, Reading, follow
 from workers.report import write_report
 from workers.runner import connect_or_start, endpoint
 from workers.worker import running_worker
 from workflows.group import BatchRolloutWorkflow
-from workflows.schema import BatchInput, BatchResult, RolloutLimits, RolloutOptions
+from workflows.schema import BatchInput, BatchResult, RolloutLimits, RolloutOptions, batch_search_attributes
 
 
 @dataclass
@@ -51,9 +55,15 @@ class EvalOptions:
     reps: int = 2000
 
 
+def is_url(policy: str) -> bool:
+    """Whether a --policy / --baseline value is an endpoint rather than a baseline policy's name."""
+    return policy.startswith(("http://", "https://"))
+
+
 async def _start(
-    client: Client, options: EvalOptions, settings: Settings, url: str, label: str
+    client: Client, options: EvalOptions, settings: Settings, url: str, *, label: str, policy: str
 ) -> WorkflowHandle[Any, BatchResult]:
+    model = options.model or ("" if is_url(policy) else policy)
     batch = BatchInput(
         env=options.env,
         dataset=options.dataset,
@@ -61,29 +71,27 @@ async def _start(
         num_tasks=options.n,
         samples_per_task=options.samples,
         options=RolloutOptions(
-            model=ModelConfig(base_url=url, model=options.model, tool_format=options.tool_format),
+            model=ModelConfig(base_url=url, model=model, tool_format=options.tool_format),
             limits=RolloutLimits(max_turns=options.max_turns),
         ),
         window=options.window,
+        label=policy,
     )
     workflow_id = f"eval-{options.env}-{label}-{uuid.uuid4().hex[:8]}"
-    return await client.start_workflow(BatchRolloutWorkflow.run, batch, id=workflow_id, task_queue=settings.task_queue)
+    return await client.start_workflow(
+        BatchRolloutWorkflow.run,
+        batch,
+        id=workflow_id,
+        task_queue=settings.task_queue,
+        search_attributes=TypedSearchAttributes(batch_search_attributes(batch, workflow_id)),
+    )
 
 
-async def _progress(handles: list[WorkflowHandle[Any, BatchResult]], total: int, out: TextIO) -> None:
-    """Draw a progress bar from the batches' progress queries until they finish."""
-    while True:
-        done = 0
-        for handle in handles:
-            with contextlib.suppress(Exception):  # a query can race a continue-as-new; the next poll answers
-                done += int((await handle.query(BatchRolloutWorkflow.progress))["completed"] or 0)
-        filled = int(30 * done / max(total, 1))
-        out.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} rollouts")
-        out.flush()
-        if done >= total:
-            break
-        await asyncio.sleep(0.5)
-    out.write("\n")
+async def _completed(handles: list[WorkflowHandle[Any, BatchResult]]) -> Reading:
+    done = 0
+    for handle in handles:
+        done += int((await handle.query(BatchRolloutWorkflow.progress))["completed"] or 0)
+    return done, "rollouts"
 
 
 async def run_eval(options: EvalOptions, settings: Settings, *, out: TextIO = sys.stderr) -> dict[str, Any]:
@@ -96,20 +104,72 @@ async def run_eval(options: EvalOptions, settings: Settings, *, out: TextIO = sy
         handles = {}
         for label, policy in policies.items():
             url = await stack.enter_async_context(endpoint(options.env, policy))
-            handles[label] = await _start(client, options, settings, url, label)
+            handles[label] = await _start(client, options, settings, url, label=label, policy=policy)
         total = options.n * options.samples * len(handles)
-        bar = asyncio.create_task(_progress(list(handles.values()), total, out))
-        results = {label: await handle.result() for label, handle in handles.items()}
-        await bar
+        finished = asyncio.Event()
+        progress = Progress(out, total)
+        bar = asyncio.create_task(follow(progress, lambda: _completed(list(handles.values())), finished))
+        results: dict[str, BatchResult] = {}
+        try:
+            for label, handle in handles.items():
+                results[label] = await handle.result()
+        finally:
+            finished.set()
+            last, _ = await bar
+            done = sum(r.completed + r.infra_failed for r in results.values())
+            progress.close(done if len(results) == len(handles) else last, "rollouts")
     trajectories = {
         label: await read_trajectories(result.parts, s3_endpoint_url=settings.s3_endpoint_url)
         for label, result in results.items()
     }
     out_dir = options.out or settings.data_dir / "evals" / results["policy"].batch_id
+    ui = settings.ui_url
+    batches = [
+        BatchRef(
+            role=role,
+            batch_id=result.batch_id,
+            label=policies[role],
+            ui=f"{ui}/workflows?query=" + quote(f'GymflowBatch="{result.batch_id}"'),
+            report=result.report,
+        )
+        for role, result in results.items()
+    ]
     report = write_report(
-        trajectories["policy"], out_dir, baseline=trajectories.get("baseline"), reps=options.reps, seed=options.seed
+        trajectories["policy"],
+        out_dir,
+        baseline=trajectories.get("baseline"),
+        reps=options.reps,
+        seed=options.seed,
+        labels=(options.policy, options.baseline or "baseline"),
+        batches=batches,
+        ui_base=ui,
     )
     summary = report.model_dump(mode="json")
-    summary["batches"] = {label: r.batch_id for label, r in results.items()}
     summary["out_dir"] = str(out_dir)
+    summary["report"] = str(out_dir / "report.html")
     return summary
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A few lines for a terminal: each side's mean with its CI, the difference, where the report is."""
+
+    def ci(e: dict[str, Any] | None) -> str:
+        if not e:
+            return "-"
+        low, high = e.get("low"), e.get("high")
+        return f"{e['value']:.3f}" + ("" if low is None or high is None else f" [{low:.3f}, {high:.3f}]")
+
+    lines = [f"{', '.join(summary['envs'])}: {' vs '.join(b['label'] for b in summary['batches'])}"]
+    for role in ("policy", "baseline"):
+        side = summary.get(role)
+        if side:
+            lines.append(
+                f"  {side['label']} ({role}): {side['rollouts']} rollouts, {side['completed']} scored, "
+                f"{side['infra_failed']} infra-failed; mean reward {ci(side['mean'])}"
+            )
+    if summary.get("comparison"):
+        lines.append(f"  difference (policy - baseline): {ci(summary['comparison']['difference'])}")
+    lines.append(f"report: {summary['report']} (and report.json)")
+    lines += [f"{b['role']} batch {b['batch_id']}: {b['ui']}" for b in summary["batches"]]
+    lines += [f"{b['role']} batch report: {b['report']}" for b in summary["batches"] if b.get("report")]
+    return "\n".join(lines)

@@ -1,0 +1,149 @@
+"""`gymflow dataset generate|show`: run a DatasetGenerationWorkflow with a progress bar; read a dataset.
+
+`generate` starts the workflow (and an in-process worker unless --no-worker), draws a bar from
+its `progress` query (accepted / target, rejections so far) and prints where the dataset is.
+`show` reads a dataset URI (directory, file:// or s3://) and prints its counts, rejections by
+reason and a few rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from temporalio.client import WorkflowHandle
+
+from activities.dataset_models import DatasetSource, GenerationOptions
+from activities.model import ModelConfig
+from envs.datagen import format as fmt
+from workers.config import Settings
+from workers.progress import Progress, Reading, follow
+from workers.runner import connect_or_start
+from workers.worker import running_worker
+from workflows.dataset import DatasetGenerationWorkflow
+from workflows.schema import DatasetInput, DatasetResult
+
+
+@dataclass
+class GenerateOptions:
+    """What `gymflow dataset generate` runs."""
+
+    source: str
+    n: int
+    out: str | None = None
+    env: str | None = None
+    generator: str = "offline"
+    model_url: str | None = None
+    model: str = ""
+    judge_url: str | None = None
+    seed: int = 0
+    eval_fraction: float = 0.2
+    batch_size: int = 64
+    local_worker: bool = True
+
+
+def dataset_input(options: GenerateOptions) -> DatasetInput:
+    """The workflow input; local paths become absolute (workers resolve them, maybe elsewhere)."""
+    source = DatasetSource.parse(options.source)
+    if source.kind in ("corpus", "traces") and "://" not in source.location:
+        source = source.model_copy(update={"location": str(Path(source.location).resolve())})
+    out = options.out
+    if out is not None and "://" not in out:
+        out = str(Path(out).resolve())
+    generation = GenerationOptions(
+        generator=options.generator,
+        model=ModelConfig(base_url=options.model_url, model=options.model, temperature=0.7, max_tokens=512),
+        judge=ModelConfig(base_url=options.judge_url, temperature=0.0) if options.judge_url else None,
+        eval_fraction=options.eval_fraction,
+    )
+    return DatasetInput(
+        source=source, n=options.n, out=out, env=options.env, seed=options.seed, options=generation,
+        batch_size=options.batch_size,
+    )  # fmt: skip
+
+
+async def _accepted(handle: WorkflowHandle[Any, DatasetResult]) -> Reading:
+    progress = await handle.query(DatasetGenerationWorkflow.progress)
+    rejected, stage = progress.get("rejected", 0), progress.get("stage", "starting")
+    return int(progress.get("accepted", 0)), f"accepted, {rejected} rejected ({stage})"
+
+
+async def run_generate(options: GenerateOptions, settings: Settings, *, out: TextIO = sys.stderr) -> DatasetResult:
+    """Generate the dataset; returns the workflow's result."""
+    input = dataset_input(options)
+    client = await connect_or_start(settings, start_server=False, out=out)
+    async with contextlib.AsyncExitStack() as stack:
+        if options.local_worker:
+            await stack.enter_async_context(running_worker(client, settings))
+        handle = await client.start_workflow(
+            DatasetGenerationWorkflow.run,
+            input,
+            id=f"dataset-{input.env_name()}-{uuid.uuid4().hex[:8]}",
+            task_queue=settings.task_queue,
+        )
+        done = asyncio.Event()
+        progress = Progress(out, options.n)
+        bar = asyncio.create_task(follow(progress, lambda: _accepted(handle), done))
+        result: DatasetResult | None = None
+        try:
+            result = await handle.result()
+        finally:
+            done.set()
+            last = await bar
+            if result is not None:
+                last = (result.accepted, f"accepted, {result.rejected} rejected (done)")
+            progress.close(*last)
+    return result
+
+
+def show(uri: str, *, samples: int = 3) -> dict[str, Any]:
+    """A dataset's manifest summary and a few rows of each split."""
+    from envs.search.data import read_uri
+
+    manifest = fmt.Manifest.model_validate_json(read_uri(fmt.join(uri, fmt.MANIFEST)))
+    rows = {}
+    for split, info in manifest.splits.items():
+        tasks = fmt.tasks_from_jsonl(read_uri(fmt.join(uri, info.jsonl)))[:samples]
+        rows[split] = [t.model_dump(mode="json", exclude={"init_args"}) for t in tasks]
+    return {
+        "uri": uri,
+        "env": manifest.env,
+        "source": manifest.source,
+        "accepted": manifest.accepted,
+        "target": manifest.target,
+        "target_met": manifest.target_met,
+        "splits": {split: info.rows for split, info in manifest.splits.items()},
+        "groups": {split: info.groups for split, info in manifest.splits.items()},
+        "by_type": manifest.accepted_by_type,
+        "counts": manifest.counts,
+        "rejections": manifest.rejections,
+        "samples": rows,
+    }
+
+
+def format_show(summary: dict[str, Any]) -> str:
+    """`show`'s summary for people."""
+    source = summary["source"]
+    lines = [
+        f"dataset {summary['uri']} (env {summary['env']}, source {source['kind']}:{source['location']})",
+        f"accepted {summary['accepted']} of {summary['target']} wanted; "
+        + ", ".join(f"{s}: {n} rows from {summary['groups'][s]} sources" for s, n in summary["splits"].items()),
+        "by type: " + ", ".join(f"{k} {v}" for k, v in summary["by_type"].items()),
+        f"candidates {summary['counts'].get('candidates', 0)}, processed {summary['counts'].get('processed', 0)}, "
+        f"rejected {summary['counts'].get('rejected', 0)}:",
+    ]
+    lines += [
+        f"  {count:>6}  {reason}" for reason, count in sorted(summary["rejections"].items(), key=lambda kv: -kv[1])
+    ]
+    for split, rows in summary["samples"].items():
+        lines.append(f"samples ({split}):")
+        for row in rows:
+            prompt = row["prompt"] if isinstance(row["prompt"], str) else json.dumps(row["prompt"])[:200]
+            lines.append(f"  [{row['id']}] {prompt}\n      -> {json.dumps(row['ground_truth'])[:200]}")
+    return "\n".join(lines)
