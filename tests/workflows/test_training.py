@@ -24,12 +24,14 @@ from moto.server import ThreadedMotoServer
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
+from temporalio.worker import Replayer
 
 from activities.trainer_jobs import LaunchInput, TrainerActivities
 from deploy.training import free_port
 from support import make_settings
+from workers.client import DATA_CONVERTER
 from workers.train_cli import start_run
-from workers.worker import RunningWorker, running_worker
+from workers.worker import WORKFLOW_RUNNER, WORKFLOWS, RunningWorker, running_worker
 from workflows import names
 from workflows.training import TrainingRunWorkflow
 from workflows.training_schema import PreparedRun, RunConfig, TrainingRunInput
@@ -146,6 +148,14 @@ async def test_a_run_validates_launches_evaluates_and_records_lineage(
     assert not list((tmp_path / "data" / "training" / str(run.run_id)).glob("*.exit")) or all(
         p.read_text().strip() == "0" for p in (tmp_path / "data" / "training" / str(run.run_id)).glob("*.exit")
     )
+    # Every run of the workflow (it continued as new) replays deterministically against this code.
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=WORKFLOW_RUNNER)
+    runs = [
+        client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id),
+        client.get_workflow_handle(handle.id),
+    ]
+    for each in runs:
+        await replayer.replay_workflow(await each.fetch_history())
 
 
 @pytest.mark.parametrize(
