@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Collection, Iterable
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
@@ -51,7 +51,9 @@ def group_id(batch_id: str, index: int, task: Task) -> str:
     return f"{batch_id}/g{index:06d}-{task.id}"
 
 
-async def _group(client: Client, workflow_id: str, input: GroupInput, task_queue: str) -> GroupResult:
+async def _group(
+    client: Client, workflow_id: str, input: GroupInput, task_queue: str, extra: Sequence[SearchAttributePair[Any]]
+) -> GroupResult:
     """Start the group (or attach to it, or read its finished result) and wait for it."""
     rollout = input.rollout
     try:
@@ -64,7 +66,7 @@ async def _group(client: Client, workflow_id: str, input: GroupInput, task_queue
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
             search_attributes=TypedSearchAttributes(
-                [*group_search_attributes(input), SearchAttributePair(names.SA_TASK, rollout.task.id)]
+                [*group_search_attributes(input), SearchAttributePair(names.SA_TASK, rollout.task.id), *extra]
             ),
             memo={"task_id": rollout.task.id},
             static_summary=f"{rollout.env} group of {input.n} for task {rollout.task.id}",
@@ -88,6 +90,7 @@ async def rollout_groups(
     skip: Collection[str] = (),
     task_queue: str = names.TASK_QUEUE,
     scale_by_std: bool = True,
+    search_attributes: Sequence[SearchAttributePair[Any]] = (),
 ) -> AsyncIterator[GroupResult]:
     """`n` samples of every task as GRPO groups, yielded as each finishes (see the module docstring).
 
@@ -103,6 +106,7 @@ async def rollout_groups(
         skip: Group ids already consumed: not started, not yielded.
         task_queue: The workers' shared queue.
         scale_by_std: GRPO advantages (r - mean) / std; False: r - mean.
+        search_attributes: Set on every group besides gymflow's own (e.g. GymflowRun for a training run).
     """
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
@@ -125,7 +129,7 @@ async def rollout_groups(
                 env=env, task=task, model=config, limits=opts.limits, retry=opts.retry, judge=opts.judge, batch_id=batch
             )
             input = GroupInput(rollout=rollout, n=n, scale_by_std=scale_by_std)
-            running[asyncio.ensure_future(_group(client, workflow_id, input, task_queue))] = index
+            running[asyncio.ensure_future(_group(client, workflow_id, input, task_queue, search_attributes))] = index
 
     try:
         fill()

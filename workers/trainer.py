@@ -23,23 +23,22 @@ lost connection is applied once.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.common import SearchAttributePair
 
 from activities.model import ModelConfig
 from activities.storage import base_of, open_store, tasks_from_jsonl
 from envs.contract import Task
-from workers.client import connect, data_converter, with_messages
+from workers.client import connect, data_converter
 from workers.config import Settings
+from workers.groups import rollout_groups
 from workflows import names
-from workflows.group import GroupRolloutWorkflow
-from workflows.schema import GroupInput, GroupResult, RolloutInput
+from workflows.schema import GroupResult
 from workflows.training import TrainingRunWorkflow
 from workflows.training_schema import CheckpointReport, EvalSummary, FinishReport, StepReport, TrainerSpec
 
@@ -87,42 +86,37 @@ class TrainerSession:
     async def eval_tasks(self) -> list[Task]:
         return tasks_from_jsonl(await self.read(self.spec.eval_uri), source=self.spec.eval_uri)
 
-    async def groups(
-        self, tasks: Iterable[Task], *, n: int | None = None, model: ModelConfig | None = None, concurrency: int = 8
+    def groups(
+        self,
+        tasks: Iterable[Task],
+        *,
+        n: int | None = None,
+        model: ModelConfig | None = None,
+        concurrency: int = 8,
+        batch_id: str | None = None,
+        skip: Collection[str] = (),
     ) -> AsyncIterator[GroupResult]:
         """GRPO groups of `tasks` (n samples each, default the config's group size), as they finish.
 
-        Like `workers.client.iterate_groups`, but each group carries the run (id `<run>/group-...`,
-        GymflowRun=<run>): the Web UI lists it with the run, and cancelling the run cancels it.
+        `workers.groups.rollout_groups` (back-pressure: at most `concurrency` groups started and not
+        yet consumed; the same `batch_id` resumes a step after a trainer crash, running nothing
+        twice), with each group carrying the run (GymflowRun=<run>, ids under `<run>/`): the Web UI
+        lists it with the run, and cancelling the run cancels it.
         """
         config, run_id = self.spec.config, self.spec.run_id
-        options = config.rollout_options(model)
-        semaphore = asyncio.Semaphore(concurrency)
-
-        async def one(task: Task) -> GroupResult:
-            rollout = RolloutInput(
-                env=self.spec.env, task=task, model=options.model, limits=options.limits, retry=options.retry
-            )
-            group_input = GroupInput(
-                rollout=rollout, n=n or config.algorithm.group_size, scale_by_std=config.algorithm.scale_by_std
-            )
-            async with semaphore:
-                group = await self.client.execute_workflow(
-                    GroupRolloutWorkflow.run,
-                    group_input,
-                    id=f"{run_id}/group-{task.id}-{uuid.uuid4().hex[:8]}",
-                    task_queue=self.spec.task_queue,
-                    search_attributes=TypedSearchAttributes([SearchAttributePair(names.SA_RUN, run_id)]),
-                )
-                return await with_messages(self.client, group)
-
-        pending = [asyncio.ensure_future(one(task)) for task in tasks]
-        try:
-            for next_done in asyncio.as_completed(pending):
-                yield await next_done
-        finally:
-            for task in pending:
-                task.cancel()
+        return rollout_groups(
+            self.client,
+            tasks,
+            env=self.spec.env,
+            n=n or config.algorithm.group_size,
+            options=config.rollout_options(model),
+            batch_id=f"{run_id}/{batch_id or 'groups-' + uuid.uuid4().hex[:8]}",
+            max_in_flight=concurrency,
+            skip=skip,
+            task_queue=self.spec.task_queue,
+            scale_by_std=config.algorithm.scale_by_std,
+            search_attributes=[SearchAttributePair(names.SA_RUN, run_id)],
+        )
 
     async def report(
         self, step: int, scalars: Mapping[str, float] | None = None, *, checkpoint: CheckpointReport | None = None

@@ -143,7 +143,7 @@ async def test_a_run_validates_launches_evaluates_and_records_lineage(
     log = tmp_path / "data" / "training" / str(run.run_id) / "trainer.log"
     assert log.read_text().count("started:") == 1
     children = [e.id async for e in client.list_workflows(f'{names.SA_RUN.name}="{run.run_id}"')]
-    batches = sorted(c for c in children if "/group-" not in c and c != run.run_id)
+    batches = sorted(c for c in children if "/groups-" not in c and c != run.run_id)
     assert batches == [f"{run.run_id}/eval/baseline", f"{run.run_id}/eval/step-40", f"{run.run_id}/smoke"]
     assert not list((tmp_path / "data" / "training" / str(run.run_id)).glob("*.exit")) or all(
         p.read_text().strip() == "0" for p in (tmp_path / "data" / "training" / str(run.run_id)).glob("*.exit")
