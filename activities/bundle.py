@@ -27,13 +27,13 @@ import io
 import json
 import re
 import tarfile
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from activities.storage import StorageError, Store, open_store, tasks_from_jsonl
+from activities.storage import StorageError, Store, open_store
 from envs.contract import DatasetError, Task
+from envs.datagen.format import tasks_from_jsonl
 from envs.registry import env_class, is_env_file
 from workflows.training_schema import DatasetConfig
 
@@ -187,10 +187,6 @@ class Splits:
 def is_dataset_location(uri: str) -> bool:
     """Whether `uri` names a dataset directory/prefix rather than an env dataset name."""
     return uri.startswith(("s3://", "file://")) or Path(uri).is_dir()
-
-
-def to_task_jsonl(tasks: Iterable[Task]) -> bytes:
-    return b"".join(task.model_dump_json().encode() + b"\n" for task in tasks)
 
 
 async def read_splits(config: DatasetConfig, env: str, *, s3_endpoint_url: str | None = None) -> Splits:

@@ -257,8 +257,8 @@ class DatasetActivities:
                 continue
             by_type[record.type] += 1
             accepted.append(record)
-        await store.put(f"{prefix}/accepted-{input.index:06d}.jsonl", _jsonl(accepted))
-        await store.put(f"{prefix}/rejected-{input.index:06d}.jsonl", _jsonl(rejected))
+        await store.put(f"{prefix}/accepted-{input.index:06d}.jsonl", fmt.to_jsonl(accepted))
+        await store.put(f"{prefix}/rejected-{input.index:06d}.jsonl", fmt.to_jsonl(rejected))
         self._dedup[(input.workflow_id, input.index + 1)] = dedup
         while len(self._dedup) > _CACHED_RUNS:
             self._dedup.popitem(last=False)
@@ -286,10 +286,6 @@ class DatasetActivities:
         """Write the splits, the corpus, the rejections and the manifest."""
         store = self.store(input.out)
         return await _heartbeating(write_dataset(input, store, read=lambda uri: self._get(store, uri)))
-
-
-def _jsonl(items: list[Any]) -> bytes:
-    return b"".join(item.model_dump_json().encode() + b"\n" for item in items)
 
 
 def _too_easy(outcomes: list[Draft | Rejection], chunks: list[Chunk], index: Bm25Index) -> list[Draft | Rejection]:

@@ -40,7 +40,7 @@ async def write_dataset(
     splits: dict[str, fmt.SplitInfo] = {}
     for split in fmt.SPLITS:
         rows = [t for t in tasks if t.metadata.get("split") == split]
-        jsonl = fmt.tasks_to_jsonl(rows)
+        jsonl = fmt.to_jsonl(rows)
         await store.put(f"{split}.jsonl", jsonl)
         await store.put(f"{split}.parquet", await asyncio.to_thread(fmt.tasks_to_parquet, rows))
         groups = {g for t in rows for g in _groups(t)}

@@ -12,7 +12,6 @@ import hashlib
 import json
 import math
 from collections import Counter
-from collections.abc import Sequence
 
 from temporalio import activity
 
@@ -22,16 +21,13 @@ from activities.dataset_sources import corpus_files, read_file
 from activities.storage import StorageError, Store
 from envs.contract import Task, Wire
 from envs.datagen.corpus import Chunk, Document, Rejection, chunk_document, decode_document, reject
+from envs.datagen.format import to_jsonl
 from envs.datagen.plan import assign_splits, corpus_plan, partners
 from envs.datagen.traces import TraceTurn, parse_trace_line
 
 MAX_TRACE_LINE_BYTES = 4 * 1024 * 1024
 ENV_OVERSAMPLE = 1.25
 """Env sources: tasks generated per target item (duplicates are removed later)."""
-
-
-def _jsonl(items: Sequence[Wire]) -> bytes:
-    return b"".join(item.model_dump_json().encode() + b"\n" for item in items)
 
 
 async def scan(input: ScanInput, store: Store, out: str, *, s3_endpoint_url: str | None) -> ScanResult:
@@ -61,10 +57,10 @@ async def _write(
     prefix = work_prefix(input.workflow_id)
     return ScanResult(
         out=out,
-        plan_uri=await store.put(f"{prefix}/plan.jsonl", _jsonl(plan)),
+        plan_uri=await store.put(f"{prefix}/plan.jsonl", to_jsonl(plan)),
         plan_size=len(plan),
         digests_uri=await store.put(f"{prefix}/digests.json", json.dumps(digests, sort_keys=True).encode()),
-        rejected_uri=await store.put(f"{prefix}/scan-rejected.jsonl", _jsonl(rejected)),
+        rejected_uri=await store.put(f"{prefix}/scan-rejected.jsonl", to_jsonl(rejected)),
         groups=dict(Counter(groups.values())),
         rejections=dict(Counter(f"{r.stage}/{r.reason}" for r in rejected)),
         items=items,
@@ -112,7 +108,7 @@ async def _corpus(input: ScanInput, store: Store, out: str, s3_endpoint_url: str
         input, store, out, plan=list(plan), rejected=rejected, digests={d.id: d.sha256 for d in docs},
         groups=splits, items=items,
         extra={
-            "chunks_uri": await store.put(f"{prefix}/chunks.jsonl", _jsonl(list(chunks))),
+            "chunks_uri": await store.put(f"{prefix}/chunks.jsonl", to_jsonl(list(chunks))),
             "corpus_uri": await store.put(f"{prefix}/corpus.jsonl", corpus),
         },
     )  # fmt: skip

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 from temporalio import activity
 from temporalio.contrib.aws.s3driver import S3StorageDriverClient
 from temporalio.exceptions import ApplicationError
 
 from activities import errors
 from envs.contract import DatasetError, Task, Trajectory, Wire
+from envs.datagen.format import tasks_from_jsonl, to_jsonl
 
 
 class StorageError(RuntimeError):
@@ -206,11 +207,6 @@ def open_store(uri: str, *, s3_endpoint_url: str | None = None) -> Store:
     raise StorageError(f"unsupported storage URI {uri!r}: use file:///dir or s3://bucket/prefix")
 
 
-def to_jsonl(items: Sequence[Wire]) -> bytes:
-    """One JSON object per line."""
-    return b"".join(item.model_dump_json().encode() + b"\n" for item in items)
-
-
 def trajectories_from_jsonl(data: bytes, *, source: str = "<jsonl>") -> list[Trajectory]:
     """Parse trajectories written by `write_jsonl`, naming the line of any bad record."""
     out = []
@@ -221,25 +217,6 @@ def trajectories_from_jsonl(data: bytes, *, source: str = "<jsonl>") -> list[Tra
             except ValueError as exc:
                 raise StorageError(f"{source}:{number}: not a trajectory: {exc}") from exc
     return out
-
-
-def tasks_from_jsonl(data: bytes, *, source: str) -> list[Task]:
-    """Task rows, one JSON object per line (a training run's dataset splits).
-
-    Raises:
-        DatasetError: A line is not a Task; the message names `source:LINE` and the field.
-    """
-    tasks = []
-    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            tasks.append(Task.model_validate_json(line))
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            field = ".".join(str(p) for p in err["loc"]) or "(row)"
-            raise DatasetError(f"{source}:{number}: field {field!r}: {err['msg']}") from None
-    return tasks
 
 
 def is_object_uri(name: str) -> bool:

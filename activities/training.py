@@ -26,12 +26,13 @@ from typing import Any
 from temporalio import activity
 
 from activities import errors
-from activities.bundle import Bundle, BundleError, build_bundle, read_splits, sha256, to_task_jsonl
+from activities.bundle import Bundle, BundleError, build_bundle, read_splits, sha256
 from activities.comparison import compare_batches
 from activities.model import ModelConfig
 from activities.storage import StorageError, open_store, read_trajectories
 from deploy import training as backends
 from envs.contract import BaseEnv, DatasetError, Task, Wire
+from envs.datagen.format import to_jsonl
 from envs.registry import EnvFileError, UnknownEnvError, env_class
 from workflows.training_schema import (
     CheckpointReport,
@@ -309,7 +310,7 @@ class TrainingActivities:
             f"bundles/{info.digest}/requirements.txt", "".join(f"{r}\n" for r in info.requirements).encode()
         )
         splits = await read_splits(config.dataset, config.env, s3_endpoint_url=self.s3_endpoint_url)
-        train, evals = to_task_jsonl(splits.train), to_task_jsonl(splits.eval)
+        train, evals = to_jsonl(splits.train), to_jsonl(splits.eval)
         dataset_digest = sha256(sha256(train).encode() + sha256(evals).encode())
         base = f"datasets/{dataset_digest}"
         train_uri = await store.put(f"{base}/train.jsonl", train)

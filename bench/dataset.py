@@ -142,7 +142,7 @@ async def direct(corpus: Path, out: Path, *, n: int, options: GenerationOptions,
     out.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240
     for split in fmt.SPLITS:
         rows = [t for t in accepted if t.metadata["split"] == split]
-        (out / f"{split}.jsonl").write_bytes(fmt.tasks_to_jsonl(rows))
+        (out / f"{split}.jsonl").write_bytes(fmt.to_jsonl(rows))
         (out / f"{split}.parquet").write_bytes(fmt.tasks_to_parquet(rows))
     await model.aclose()
     await judge.aclose()

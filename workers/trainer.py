@@ -32,8 +32,9 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair
 
 from activities.model import ModelConfig
-from activities.storage import base_of, open_store, tasks_from_jsonl
+from activities.storage import base_of, open_store
 from envs.contract import Task
+from envs.datagen.format import tasks_from_jsonl
 from workers.client import connect, data_converter
 from workers.config import Settings
 from workers.groups import rollout_groups

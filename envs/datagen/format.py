@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from envs.contract import DatasetError, Message, Task, Wire
 
@@ -79,20 +79,28 @@ class Manifest(Wire):
     """Split -> Parquet file, as `datasets.load_dataset("parquet", data_files=...)` takes them."""
 
 
-def tasks_to_jsonl(tasks: Sequence[Task]) -> bytes:
-    return b"".join(task.model_dump_json().encode() + b"\n" for task in tasks)
+def to_jsonl(items: Iterable[BaseModel]) -> bytes:
+    """One JSON object per line (tasks, trajectories, plans: any pydantic model)."""
+    return b"".join(item.model_dump_json().encode() + b"\n" for item in items)
 
 
 def tasks_from_jsonl(data: bytes, *, source: str = "<jsonl>") -> list[Task]:
-    """Tasks of a JSONL file, naming ``source:LINE`` of any bad row."""
-    out = []
-    for number, line in enumerate(data.splitlines(), start=1):
-        if line.strip():
-            try:
-                out.append(Task.model_validate_json(line))
-            except ValidationError as exc:
-                raise DatasetError(f"{source}:{number}: not a task: {exc}") from exc
-    return out
+    """The tasks of a JSONL file (a dataset split, a training run's uploaded split).
+
+    Raises:
+        DatasetError: A line is not a Task; the message names ``source:LINE`` and the field.
+    """
+    tasks = []
+    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            tasks.append(Task.model_validate_json(line))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err["loc"]) or "(row)"
+            raise DatasetError(f"{source}:{number}: field {field!r}: {err['msg']}") from None
+    return tasks
 
 
 def _json(value: Any) -> str:

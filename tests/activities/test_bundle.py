@@ -14,9 +14,10 @@ import pytest
 from moto.server import ThreadedMotoServer
 from temporalio.testing import ActivityEnvironment
 
-from activities.bundle import build_bundle, pinned_requirements, read_splits, sha256, to_task_jsonl
+from activities.bundle import build_bundle, pinned_requirements, read_splits, sha256
 from activities.storage import LoadTasksInput, StorageActivities
 from envs.contract import DatasetError, Task
+from envs.datagen.format import to_jsonl
 from envs.math.data import generate_tasks
 from workflows.training_schema import DatasetConfig
 
@@ -55,8 +56,8 @@ async def test_an_env_dataset_splits_are_validated() -> None:
 def write_dataset(directory: Path, env: str = "math", eval_rows: bytes | None = None) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "manifest.json").write_text(json.dumps({"env": env, "train": 4, "eval": 2}))
-    (directory / "train.jsonl").write_bytes(to_task_jsonl(generate_tasks(4, seed=3)))
-    (directory / "eval.jsonl").write_bytes(eval_rows or to_task_jsonl(generate_tasks(2, seed=4)))
+    (directory / "train.jsonl").write_bytes(to_jsonl(generate_tasks(4, seed=3)))
+    (directory / "eval.jsonl").write_bytes(eval_rows or to_jsonl(generate_tasks(2, seed=4)))
 
 
 async def test_a_dataset_directory_from_the_dataset_workflow(tmp_path: Path) -> None:
