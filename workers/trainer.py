@@ -23,6 +23,8 @@ lost connection is applied once.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping
@@ -30,6 +32,7 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.model import ModelConfig
 from activities.storage import base_of, open_store
@@ -43,9 +46,20 @@ from workflows.schema import GroupResult
 from workflows.training import TrainingRunWorkflow
 from workflows.training_schema import CheckpointReport, EvalSummary, FinishReport, StepReport, TrainerSpec
 
+UPDATE_ATTEMPTS = 30
+"""Tries of a report before the trainer gives up (about 12 minutes with the backoff's 30 s cap)."""
+PERMANENT_RPC_ERRORS = frozenset(
+    {RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.NOT_FOUND, RPCStatusCode.PERMISSION_DENIED,
+     RPCStatusCode.UNAUTHENTICATED, RPCStatusCode.UNIMPLEMENTED, RPCStatusCode.ALREADY_EXISTS}
+)  # fmt: skip
+log = logging.getLogger(__name__)
+
 
 class TrainerSession:
     """A trainer's connection to its run: the spec, data, rollout groups, and reports back."""
+
+    retry_delay_s = 0.5
+    """First wait before a report the server could not take is sent again (doubling, capped at 30 s)."""
 
     def __init__(self, client: Client, spec: TrainerSpec, *, s3_endpoint_url: str | None = None) -> None:
         self.client = client
@@ -125,9 +139,24 @@ class TrainerSession:
         """Report a finished step (and a checkpoint); applied once even if retried."""
         report = StepReport(step=step, scalars=dict(scalars or {}), checkpoint=checkpoint)
         suffix = f"-{checkpoint.name}" if checkpoint else ""
-        return await self.handle.execute_update(TrainingRunWorkflow.report, report, id=f"report-{step}{suffix}")
+        return await self._update(TrainingRunWorkflow.report, report, id=f"report-{step}{suffix}")
 
     async def finish(self, status: str = "succeeded", message: str = "") -> list[EvalSummary]:
         """Tell the run the trainer is done; returns once every reported checkpoint is evaluated."""
         report = FinishReport.model_validate({"status": status, "message": message})
-        return await self.handle.execute_update(TrainingRunWorkflow.finish, report, id="finish")
+        return await self._update(TrainingRunWorkflow.finish, report, id="finish")
+
+    async def _update(self, update: Any, arg: Any, *, id: str) -> Any:
+        """Send an update, retrying while the server cannot take it yet (unavailable, overloaded, the
+        run's workflow task failing and being retried); the update id makes a retry apply once."""
+        delay = self.retry_delay_s
+        for attempt in range(1, UPDATE_ATTEMPTS + 1):
+            try:
+                return await self.handle.execute_update(update, arg, id=id)
+            except RPCError as exc:
+                if exc.status in PERMANENT_RPC_ERRORS or attempt >= UPDATE_ATTEMPTS:
+                    raise
+                log.warning("report %s not taken yet (%s: %s); retrying in %.1f s", id, exc.status.name, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+        raise AssertionError("the last attempt returns or raises")
