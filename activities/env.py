@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import structlog
 from pydantic import Field, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -172,6 +173,7 @@ class EnvActivities:
     @activity.defn(name="init_rollout")
     async def init_rollout(self, input: InitRolloutInput) -> RolloutHandle:
         """Build the rollout's state on this node; answer with the node's queue."""
+        _log_context(input.env, rollout_id=input.rollout_id)
         env = self.env(input.env)
         key = state_key(input.rollout_id, input.incarnation)
         try:
@@ -205,6 +207,7 @@ class EnvActivities:
     @activity.defn(name="call_tool")
     async def call_tool(self, input: CallToolInput) -> ToolResult:
         """Run one tool call; tool failures come back as error observations."""
+        _log_context(input.env, state_key=input.state_key)
         env = self.env(input.env)
         call = input.call
         try:
@@ -221,13 +224,14 @@ class EnvActivities:
         except ToolError as exc:
             result = ToolResult(text=f"error: {exc}", is_error=True)
         except Exception as exc:  # the tool's own bug is the model's observation, by contract
-            log.warning("tool %s raised", call.name, exc_info=True)
+            log.warning("tool raised", extra={"tool": call.name}, exc_info=True)
             result = ToolResult(text=f"error: {type(exc).__name__}: {exc}", is_error=True)
         return _bounded(result, input.max_output_chars)
 
     @activity.defn(name="compute_reward")
     async def compute_reward(self, input: ComputeRewardInput) -> Reward:
         """Score the finished rollout while its state is still alive (then free it if `input.release`)."""
+        _log_context(input.env, state_key=input.state_key)
         env = self.env(input.env)
         try:
             raw = await _with_heartbeat(
@@ -258,11 +262,12 @@ class EnvActivities:
         try:
             await self.release(name, key)
         except Exception:
-            log.warning("release of %s after its reward failed", key, exc_info=True)
+            log.warning("release after the reward failed", extra={"state_key": key}, exc_info=True)
 
     @activity.defn(name="compute_group_reward")
     async def compute_group_reward(self, input: GroupRewardInput) -> list[dict[str, float]]:
         """Score a group of finished rollouts jointly (runs on any node: needs no rollout state)."""
+        _log_context(input.env)
         env = self.env(input.env)
         truths = [t.ground_truth for t in input.tasks]
         completions = input.completions
@@ -283,6 +288,7 @@ class EnvActivities:
     @activity.defn(name="release_rollout")
     async def release_rollout(self, input: ReleaseInput) -> None:
         """Free the rollout's state. Idempotent."""
+        _log_context(input.env, state_key=input.state_key)
         await self.release(input.env, input.state_key)
 
     async def release(self, name: str, key: str) -> None:
@@ -298,6 +304,12 @@ class EnvActivities:
         """Release every rollout of every env (worker exit)."""
         self._held.clear()
         await asyncio.gather(*(env.shutdown() for env in self._envs.values()), return_exceptions=True)
+
+
+def _log_context(env: str, **fields: str) -> None:
+    """Name the env (and rollout state) on every log line of this activity attempt, the SDK's
+    own included: each attempt runs in its own task, so the binding ends with it."""
+    structlog.contextvars.bind_contextvars(env=env, **fields)
 
 
 async def _conversations(workflow_ids: list[str]) -> list[list[Message]]:

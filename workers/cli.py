@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.registry import EnvFileError, UnknownEnvError, available, env_class
+from workers import logs
 from workers import server as embedded
 from workers.config import Settings
 
@@ -153,10 +154,20 @@ def _train_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     add_train_args(sub, _common)
 
 
+def _log_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO (default: WARNING)")
+    parser.add_argument(
+        "--log-format",
+        choices=logs.LOG_FORMATS,
+        default="auto",
+        help="log lines on stderr: json, console, or auto (console on a terminal, else JSON lines)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="gymflow", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true")
+    _log_args(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("server", help="run the embedded Temporal server (UI on --port + 1000: 8233)")
@@ -217,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `gymflow` console script."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    logs.configure(fmt=args.log_format, level=logging.INFO if args.verbose else logging.WARNING)
     try:
         code = _dispatch(args)
         if argv is None and args.command in {"inspect", "status"}:
@@ -345,7 +356,8 @@ def _batch(args: argparse.Namespace, settings: Settings) -> int:
         if args.stop_server:
             embedded.stop_background(data_dir=settings.data_dir)
         elif (settings.data_dir / "server.pid").is_file():
-            print("The Temporal server keeps running for the UI; stop it with `gymflow server --stop`.")
+            note = "The Temporal server keeps running for the UI; stop it with `gymflow server --stop`."
+            print(note, file=sys.stderr)
     return 0 if report.summary()["infra_failed"] == 0 else 1
 
 

@@ -42,6 +42,7 @@ from activities.storage import Boto3StorageDriverClient, parse_s3_uri, s3_client
 from envs.contract import Task, Trajectory
 from workers.codec import EncryptionCodec
 from workers.config import Settings
+from workers.logs import core_runtime
 from workflows import names
 from workflows.rollout import RolloutWorkflow
 from workflows.schema import (
@@ -144,8 +145,14 @@ def data_converter(settings: Settings) -> DataConverter:
 async def connect(
     address: str = "localhost:7233", *, namespace: str = "default", data_converter: DataConverter | None = None
 ) -> Client:
-    """A Temporal client with gymflow's data converter (or `data_converter(settings)`'s)."""
-    return await Client.connect(address, namespace=namespace, data_converter=data_converter or DATA_CONVERTER)
+    """A Temporal client with gymflow's data converter (or `data_converter(settings)`'s).
+
+    Its runtime forwards the SDK core's log lines to the `temporalio.core` Python logger
+    (workers.logs), so they never reach stdout.
+    """
+    return await Client.connect(
+        address, namespace=namespace, data_converter=data_converter or DATA_CONVERTER, runtime=core_runtime()
+    )
 
 
 def rollout_id_for(task_id: str) -> str:

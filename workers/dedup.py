@@ -109,11 +109,7 @@ class _Inbound(ActivityInboundInterceptor):
         done, result = store.result(key)
         if done:
             store.duplicates += 1
-            log.warning(
-                "%s %s of %s: attempt %d of an activity that already completed on this node; returning its result "
-                "instead of running it again",
-                info.activity_type, info.activity_id, info.workflow_id, info.attempt,
-            )  # fmt: skip
+            log.warning("activity already completed on this node; returning its result instead of running it again")
             return result
         running = store._running.get(key)
         if running is not None:  # an earlier attempt is still at work here: its outcome is this one's

@@ -43,7 +43,7 @@ async def workflow_closed(client: Client, workflow_id: str) -> bool | None:
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             return True
-        log.debug("cannot describe %s: %s", workflow_id, exc)
+        log.debug("cannot describe workflow", extra={"workflow_id": workflow_id, "error": str(exc)})
         return None
     return description.status != WorkflowExecutionStatus.RUNNING
 
@@ -65,10 +65,13 @@ async def reap_closed(client: Client, env: EnvActivities) -> list[str]:
             try:
                 await env.release(name, key)
             except Exception:  # one bad release must not stop the others; the next round retries
-                log.warning("reaper: release of %s (%s) failed", key, name, exc_info=True)
+                log.warning("reaper: release failed", extra={"state_key": key, "env": name}, exc_info=True)
                 continue
             freed.append(key)
-        log.warning("reaper: workflow %s is closed; freed %s", workflow_id, ", ".join(k for _, k in states))
+        log.warning(
+            "reaper: workflow closed; freed its rollout states",
+            extra={"workflow_id": workflow_id, "state_keys": [k for _, k in states]},
+        )
 
     await asyncio.gather(*(check(w, s) for w, s in by_workflow.items()))
     return freed

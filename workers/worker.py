@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
 from temporalio.client import Client
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -190,21 +191,26 @@ async def running_worker(
         interceptors=[DedupInterceptor()],
         **worker_tuning(settings, workflows=False),
     )
-    reaper = asyncio.create_task(
-        run_reaper(client, env_activities, workspace_root=settings.workspace_root, interval_s=settings.reap_interval_s)
-    )
-    try:
-        async with shared, node, judge:
-            log.info("worker %s polling %s and %s", settings.node_id, settings.task_queue, queue)
-            yield RunningWorker(settings, queue, env_activities, model_activities)
-    finally:
-        reaper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reaper
-        await env_activities.shutdown()
-        await model_activities.aclose()
-        await judge_activities.aclose()
-        await datasets.aclose()
+    # Every line the worker's tasks log (activities, the SDK's own) names this node: the context is
+    # copied into each task the worker starts from here on.
+    with structlog.contextvars.bound_contextvars(node=settings.node_id):
+        reaper = asyncio.create_task(
+            run_reaper(
+                client, env_activities, workspace_root=settings.workspace_root, interval_s=settings.reap_interval_s
+            )
+        )
+        try:
+            async with shared, node, judge:
+                log.info("worker polling", extra={"task_queue": settings.task_queue, "node_queue": queue})
+                yield RunningWorker(settings, queue, env_activities, model_activities)
+        finally:
+            reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reaper
+            await env_activities.shutdown()
+            await model_activities.aclose()
+            await judge_activities.aclose()
+            await datasets.aclose()
 
 
 async def run_worker(settings: Settings) -> None:

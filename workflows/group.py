@@ -288,7 +288,7 @@ class BatchRolloutWorkflow:
                 summary=f"report of {self._state.finished} rollouts",
             )
         except ActivityError as exc:
-            workflow.logger.warning("batch %s has no report: %s", self._batch_id, describe(exc))
+            workflow.logger.warning("batch has no report", extra={"batch_id": self._batch_id, "error": describe(exc)})
             return result.model_copy(update={"report_error": describe(exc)})
         return result.model_copy(update={"report": report.html_uri})
 

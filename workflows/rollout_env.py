@@ -156,7 +156,9 @@ class RolloutEnv:
                 summary=f"release {self.env}",
             )
         except ActivityError as exc:  # the node's reaper frees what a lost node held
-            workflow.logger.warning("release of %s failed: %s", handle.state_key, describe(exc))
+            workflow.logger.warning(
+                "release failed", extra={"env": self.env, "state_key": handle.state_key, "error": describe(exc)}
+            )
 
     # -- tools -------------------------------------------------------------------------------
     async def observe(self, call: ToolCall) -> Message:
@@ -251,7 +253,9 @@ class RolloutEnv:
         if self.recoveries >= self.retry.max_recoveries:
             raise Stop(reason, f"{lost}; gave up after {self.recoveries} recoveries")
         self.recoveries += 1
-        workflow.logger.warning("rollout %s lost its env (%s); recovering", self.rollout_id, lost)
+        workflow.logger.warning(
+            "rollout lost its env; recovering", extra={"env": self.env, "rollout_id": self.rollout_id, "lost": lost}
+        )
         if not timed_out(cause):  # the node is alive, only the state is gone: free what is left
             await self.release()
         self.handle = await self.init_held(incarnation=self.recoveries)

@@ -97,10 +97,8 @@ def reap_orphans(root: Path) -> ReapReport:
                 _reap_owner(owner, report)
     if report.owners:
         log.warning(
-            "reaped %d orphaned MCP server process(es) and %d workspace(s) of %d dead worker(s)",
-            len(report.killed),
-            len(report.workspaces),
-            len(report.owners),
+            "reaped orphans of dead workers",
+            extra={"processes": len(report.killed), "workspaces": len(report.workspaces), "owners": len(report.owners)},
         )
     return report
 

@@ -107,7 +107,7 @@ class WarmPool:
             sset = await self._start()
         except Exception as exc:  # a refill failure must not kill the pool; acquire reports it
             self._failures += 1
-            log.warning("warm pool could not start a server set: %s", exc)
+            log.warning("warm pool could not start a server set", extra={"error": str(exc)})
         else:
             if self._closed:
                 await self._stop(sset)
@@ -124,7 +124,7 @@ class WarmPool:
             self._ready.remove(sset)
             self._watchers.pop(sset.entry, None)
             self._failures += 1
-            log.warning("a pooled MCP server set died before use; replacing it")
+            log.warning("pooled MCP server set died before use; replacing it")
             await self._stop(sset)
             self._refill()
             self._changed.set()

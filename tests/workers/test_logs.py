@@ -1,0 +1,124 @@
+"""Logs are structured lines on stderr with their context; `--json` stdout holds the document alone,
+even while the SDK's Rust core, the SDK's Python side and gymflow all warn."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from workers import logs
+from workers.policy_server import AppServer
+
+ROOT = Path(__file__).parents[2]
+PROGRESS = re.compile(r"^\[\d+/\d+\] ")
+
+
+def _gymflow(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "workers.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env}, check=False,
+    )  # fmt: skip
+
+
+def _log_lines(stderr: str) -> list[dict[str, Any]]:
+    """Every stderr line parsed as a JSON object; progress lines (`[i/n] ...`) are the only other kind."""
+    found = []
+    for line in stderr.splitlines():
+        if not line.strip() or PROGRESS.match(line):
+            continue
+        value = json.loads(line)  # fails the test on any line that is neither
+        assert isinstance(value, dict), line
+        found.append(value)
+    return found
+
+
+async def test_json_stdout_is_pure_while_core_sdk_and_gymflow_warn(
+    temporal_address: str, calculator_policy_url: str, tmp_path: Path
+) -> None:
+    first: list[bool] = []
+
+    async def flaky(request: Request) -> JSONResponse:
+        # The first model call fails retryably: the SDK logs the failed attempt (a Python-side warning).
+        if not first:
+            first.append(True)
+            return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+        async with httpx.AsyncClient() as http:
+            reply = await http.post(f"{calculator_policy_url}/chat/completions", content=await request.body())
+        return JSONResponse(reply.json(), status_code=reply.status_code)
+
+    async with AppServer(Starlette(routes=[Route("/v1/chat/completions", flaky, methods=["POST"])])) as server:
+        run = await asyncio.to_thread(
+            _gymflow,
+            "rollout", "math", "--n", "2", "--model-url", server.url, "--json",
+            "--address", temporal_address, "--task-queue", f"logs-{uuid.uuid4().hex[:8]}",
+            cwd=tmp_path,
+            # Every workflow task is "slow" for the core: its [TMPRL1104] warning on each one.
+            env={"TEMPORAL_WORKFLOW_TASK_DURATION_WARN_SECONDS": "0"},
+        )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout)  # the document alone: no log line, no note around it
+    assert report["summary"]["completed"] == 2 and report["summary"]["mean_reward"] == 1.0
+    lines = _log_lines(run.stderr)
+
+    core = [line for line in lines if line["logger"] == logs.CORE_LOGGER]
+    assert core, run.stderr[-3000:]
+    assert all("[TMPRL1104]" in c["event"] and c["level"] == "warning" for c in core)
+    assert {c["workflow_type"] for c in core} >= {"RolloutWorkflow"}
+    assert all("workflow_task_duration" in c for c in core)
+    assert all(c["run_id"] in c["event"] for c in core)
+
+    [failed] = [line for line in lines if line["logger"] == "temporalio.activity"]
+    assert failed["event"] == "Completing activity as failed" and failed["level"] == "warning"
+    assert failed["activity"] == "generate" and failed["attempt"] == 1 and failed["workflow_type"] == "RolloutWorkflow"
+    assert failed["rollout_id"] == failed["workflow_id"] in {r["workflow_id"] for r in report["rollouts"]}
+    assert failed["run_id"] and failed["node"]
+    # An unexpected failure keeps its traceback, as data: the error's type and message.
+    [exc] = failed["exception"]
+    assert exc["exc_type"] == "ApplicationError" and "503" in exc["exc_value"]
+    assert all("locals" not in frame for frame in exc["frames"])  # frame locals may hold secrets
+    assert "Traceback" not in run.stderr
+
+
+def _capture(fmt: logs.LogFormat = "json") -> io.StringIO:
+    stream = io.StringIO()
+    logs.configure(fmt=fmt, level=logging.INFO, stream=stream)
+    return stream
+
+
+def test_console_format_is_readable_and_names_the_context() -> None:
+    stream = _capture("console")
+    logging.getLogger("gymflow.test").warning("tool raised", extra={"env": "math", "tool": "add"})
+    line = stream.getvalue().strip()
+    assert "tool raised" in line and "env=math" in line and "tool=add" in line and not line.startswith("{")
+
+
+def test_a_cancelled_attempt_is_one_line_other_errors_keep_their_traceback() -> None:
+    stream = _capture()
+    sdk = logging.getLogger("temporalio.activity")
+    for exc in (asyncio.CancelledError(), ValueError("a real bug")):
+        sdk.warning("Completing activity as failed", exc_info=(type(exc), exc, None))
+    cancelled, bug = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert cancelled["expected"] is True and "exception" not in cancelled and "cancelled" in cancelled["event"]
+    assert bug["exception"][0]["exc_type"] == "ValueError" and "expected" not in bug
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Any:
+    yield
+    logs.configure(fmt="json", level=logging.WARNING, stream=sys.stderr)
