@@ -41,6 +41,7 @@ from envs.contract import (
     ToolSpec,
     Trajectory,
     Wire,
+    json_bytes,
 )
 from envs.registry import EnvFileError, UnknownEnvError, env_class, storage_name
 from envs.rewards.rubric import Rubric
@@ -226,7 +227,7 @@ class EnvActivities:
         except Exception as exc:  # the tool's own bug is the model's observation, by contract
             log.warning("tool raised", extra={"tool": call.name}, exc_info=True)
             result = ToolResult(text=f"error: {type(exc).__name__}: {exc}", is_error=True)
-        return _bounded(result, input.max_output_chars)
+        return within_payload_limit(_bounded(result, input.max_output_chars), self.payload_limit_bytes)
 
     @activity.defn(name="compute_reward")
     async def compute_reward(self, input: ComputeRewardInput) -> Reward:
@@ -349,3 +350,43 @@ def _bounded(result: ToolResult, limit: int) -> ToolResult:
     return result.model_copy(
         update={"text": text, "structured": structured, "truncated_chars": result.truncated_chars + cut}
     )
+
+
+TOOL_RESULT_SHARE = 4
+"""Without external payload storage, one tool result may take at most 1/4 of the payload limit
+(512 KiB of the default 2 MiB): the conversation that carries it must fit too, with later turns."""
+
+
+def within_payload_limit(result: ToolResult, payload_limit: int | None) -> ToolResult:
+    """`result`, cut to fit a share of the deployment's payload limit when it has one.
+
+    With external payload storage (`payload_limit` None) a result of any size is stored by
+    Temporal's ExternalStorage and the model reads it whole. Without, Temporal would refuse the
+    activity's result (and the rollout would end as an `env_error` worded by the SDK): inline media
+    and structured content are dropped first, then the text is cut (head and tail kept) with a note
+    the model reads.
+    """
+    if payload_limit is None:
+        return result
+    budget = payload_limit // TOOL_RESULT_SHARE
+    size = json_bytes(result)
+    if size <= budget:
+        return result
+    media = [a.model_copy(update={"data": None}) if a.data else a for a in result.attachments]
+    lighter = result.model_copy(update={"structured": None, "attachments": media})
+    dropped = [
+        *([f"{n} inline attachment(s)"] if (n := sum(a.data is not None for a in result.attachments)) else []),
+        *(["its structured content"] if result.structured is not None else []),
+    ]
+    note = (
+        f"[gymflow: this tool result was {size} bytes, over the {budget}-byte share of the payload limit "
+        "one result may use here: " + ", ".join([*dropped, "the text"]) + " cut to fit]"
+    )
+    keep = len(lighter.text)
+    while True:
+        text, cut = truncate(lighter.text, keep)
+        fitted = lighter.model_copy(update={"text": f"{text}\n{note}", "truncated_chars": result.truncated_chars + cut})
+        fitted_size = json_bytes(fitted)
+        if fitted_size <= budget or keep == 0:
+            return fitted
+        keep = max(0, min(keep - 1, int(keep * budget / fitted_size * 0.95)))

@@ -124,20 +124,36 @@ _CANCELLED = (asyncio.CancelledError, temporalio.exceptions.CancelledError)
 
 
 class ExpectedEndings(logging.Filter):
-    """An activity attempt that ended by cancellation is one line, not a traceback.
+    """An activity attempt that ended the way gymflow expects is one line, not a traceback.
 
     The SDK logs "Completing activity as failed" with the traceback of every attempt that did not
-    return; for a `CancelledError` (the server timed the attempt out — heartbeat or start-to-close —
-    and the retry policy runs the next attempt, or the rollout was cancelled) the traceback shows
-    only where the activity was awaiting. Any other exception keeps its traceback.
+    return. Two endings are expected and say all in one line:
+
+    * a `CancelledError`: the server timed the attempt out (heartbeat or start-to-close) and the
+      retry policy runs the next one, or the rollout was cancelled — the traceback would only show
+      where the activity was awaiting;
+    * an `ApplicationError`: raised on purpose at a boundary (a 503 from the model endpoint, a
+      server that did not start), typed for the RetryPolicy; its type and message are the news.
+
+    Any other exception is a bug somewhere and keeps its traceback.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, _CANCELLED) and record.name == temporalio.activity.logger.logger.name:
-            record.msg, record.args = "activity attempt cancelled (timed out or cancelled by its workflow)", ()
-            record.exc_info, record.exc_text = None, None
-            record.expected = True
+        if exc is None or record.name != temporalio.activity.logger.logger.name:
+            return True
+        if isinstance(exc, _CANCELLED):
+            record.msg = "activity attempt cancelled (timed out, or cancelled by its workflow)"
+        elif isinstance(exc, temporalio.exceptions.ApplicationError):
+            record.msg = "activity attempt failed"
+            record.error_type, record.error = exc.type, exc.message
+            record.retryable = not exc.non_retryable
+            if exc.__cause__ is not None:
+                record.cause = f"{type(exc.__cause__).__name__}: {exc.__cause__}"
+        else:
+            return True
+        record.args, record.exc_info, record.exc_text = (), None, None
+        record.expected = True
         return True
 
 

@@ -84,15 +84,13 @@ async def test_json_stdout_is_pure_while_core_sdk_and_gymflow_warn(
     assert all(c["run_id"] in c["event"] for c in core)
 
     [failed] = [line for line in lines if line["logger"] == "temporalio.activity"]
-    assert failed["event"] == "Completing activity as failed" and failed["level"] == "warning"
     assert failed["activity"] == "generate" and failed["attempt"] == 1 and failed["workflow_type"] == "RolloutWorkflow"
     assert failed["rollout_id"] == failed["workflow_id"] in {r["workflow_id"] for r in report["rollouts"]}
-    assert failed["run_id"] and failed["node"]
-    # An unexpected failure keeps its traceback, as data: the error's type and message.
-    [exc] = failed["exception"]
-    assert exc["exc_type"] == "ApplicationError" and "503" in exc["exc_value"]
-    assert all("locals" not in frame for frame in exc["frames"])  # frame locals may hold secrets
-    assert "Traceback" not in run.stderr
+    assert failed["run_id"] and failed["node"] and failed["level"] == "warning"
+    # A retried, typed failure is one line: its type and message, no traceback.
+    assert failed["event"] == "activity attempt failed" and failed["expected"] is True
+    assert failed["error_type"] == "ModelError" and "503" in failed["error"] and failed["retryable"] is True
+    assert "exception" not in failed and "Traceback" not in run.stderr
 
 
 def _capture(fmt: logs.LogFormat = "json") -> io.StringIO:
@@ -108,14 +106,26 @@ def test_console_format_is_readable_and_names_the_context() -> None:
     assert "tool raised" in line and "env=math" in line and "tool=add" in line and not line.startswith("{")
 
 
-def test_a_cancelled_attempt_is_one_line_other_errors_keep_their_traceback() -> None:
+def test_a_cancelled_attempt_is_one_line_a_bug_keeps_its_traceback() -> None:
     stream = _capture()
     sdk = logging.getLogger("temporalio.activity")
-    for exc in (asyncio.CancelledError(), ValueError("a real bug")):
-        sdk.warning("Completing activity as failed", exc_info=(type(exc), exc, None))
+
+    def throw(exc: BaseException) -> None:
+        raise exc
+
+    def fail(exc: BaseException) -> None:
+        try:
+            throw(exc)
+        except BaseException:
+            sdk.warning("Completing activity as failed", exc_info=True)
+
+    fail(asyncio.CancelledError())
+    fail(ValueError("a real bug"))
     cancelled, bug = (json.loads(line) for line in stream.getvalue().splitlines())
     assert cancelled["expected"] is True and "exception" not in cancelled and "cancelled" in cancelled["event"]
-    assert bug["exception"][0]["exc_type"] == "ValueError" and "expected" not in bug
+    [exc] = bug["exception"]
+    assert exc["exc_type"] == "ValueError" and exc["frames"] and "expected" not in bug
+    assert all("locals" not in frame for frame in exc["frames"])  # frame locals may hold secrets
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,7 @@ from leaks import payloads_in
 from moto.server import ThreadedMotoServer
 from temporalio.client import Client
 
+from activities.env import TOOL_RESULT_SHARE
 from envs.contract import Message, Task, TerminationReason
 from support import ScriptedPolicy, call, make_settings, play
 from workers.client import connect, data_converter
@@ -88,8 +89,9 @@ async def test_huge_tool_output_and_trajectory_round_trip_through_s3(
     )  # fmt: skip
 
 
-async def test_without_external_storage_the_same_output_hits_the_payload_limit(client: Client, tmp_path: Path) -> None:
-    """The control: what the S3 path saves a rollout from (an infra failure, never a silent cut)."""
+async def test_without_external_storage_the_same_output_is_cut_with_a_note(client: Client, tmp_path: Path) -> None:
+    """The control: without S3 the 5 MB output is cut to a share of the payload limit, with a note
+    the model reads, and the rollout goes on (never an env_error worded by the SDK)."""
     script = ScriptedPolicy(
         [Message(role="assistant", tool_calls=[call("blob", {"size": BLOB})]), Message(role="assistant", content="0")]
     )
@@ -99,5 +101,15 @@ async def test_without_external_storage_the_same_output_hits_the_payload_limit(c
             client, worker, script, env="counter", task=Task(id="big", prompt="p", ground_truth="0"),
             limits=RolloutLimits(max_tool_output_chars=6_000_000), retry=RetrySettings(env_attempts=1),
         )  # fmt: skip
-    assert result.infra_failed and result.reward is None
-    assert result.error and "exceeded the error limit" in result.error
+    assert result.termination == TerminationReason.FINAL_ANSWER and not result.infra_failed, result.error
+    assert result.reward is not None and result.reward.total == 1.0
+    [output] = [m.content for m in result.messages if m.role == "tool"]
+    budget = SERVER_LIMIT // TOOL_RESULT_SHARE
+    assert len(output.encode()) <= budget and output.startswith("xxxx") and output.rstrip("]").endswith("cut to fit")
+    assert f"over the {budget}-byte share of the payload limit" in output and "characters truncated" in output
+    history = await client.get_workflow_handle(result.rollout_id).fetch_history()
+    assert max(e.ByteSize() for e in history.events) < SERVER_LIMIT
+    figures.record(
+        "payloads", "5 MB tool output without external storage",
+        tool_output_chars=BLOB, kept_chars=output.count("x"), kept_bytes=len(output.encode()), budget_bytes=budget,
+    )  # fmt: skip
