@@ -37,6 +37,7 @@ from temporalio import activity
 
 from activities.errors import CONTEXT_LENGTH, MODEL_ERROR, MODEL_REJECTED, non_retryable, retryable
 from envs import chat
+from envs.chat_images import render_messages_with_images
 from envs.contract import Message, ToolSpec, Usage, Wire, json_bytes
 from envs.tokens import TokenPrefix, TurnTokens, completion_token_data, turn_tokens
 
@@ -89,6 +90,10 @@ class ModelConfig(Wire):
     0.10.2+ answers ``prompt_token_ids``/``token_ids``; older ones only the ``token_id:N`` logprob
     tokens), ``sglang`` with ``logprobs`` and ``return_token_ids``. Either shape of answer is read.
     A turn whose answer has no token data is recorded without (`Trajectory.token_sequence` names it)."""
+    images: bool = False
+    """The model takes images: the images MCP tools return reach it as OpenAI ``image_url`` parts
+    (``data:`` URLs, in a user message after the tool results). Off, it reads the tool text's
+    placeholder for each (``[image: image/png, 12 KB]``)."""
     local_activity: bool = False
     """Run each turn as a local activity of the workflow's worker: one server round trip per turn
     fewer and no conversation in history, for short turns. A generation then holds a workflow task
@@ -343,9 +348,10 @@ class ModelActivities:
                 (non-retryable); see the module docstring.
         """
         config = input.model
+        render = render_messages_with_images if config.images else chat.render_messages
         body = chat_body(
             config,
-            chat.render_messages(input.messages, input.tools, config.tool_format),
+            render(input.messages, input.tools, config.tool_format),
             default_model=self._default_model,
             tools=chat.render_tools(input.tools, config.tool_format),
         )

@@ -101,7 +101,8 @@ def render_tools(tools: Sequence[ToolSpec], tool_format: ToolFormat) -> list[dic
 def render_messages(
     messages: Sequence[Message], tools: Sequence[ToolSpec], tool_format: ToolFormat
 ) -> list[dict[str, Any]]:
-    """Contract messages as the ``messages`` of a chat-completions request.
+    """Contract messages as the ``messages`` of a chat-completions request (text only: tool images
+    go to models that take them through envs.chat_images).
 
     Args:
         messages: The conversation, system prompt first when there is one.

@@ -85,6 +85,26 @@ class ToolCall(Wire):
     """Why the call could not be parsed; None for a well-formed call."""
 
 
+class ToolAttachment(Wire):
+    """Binary content a tool returned (an image, audio, a blob resource), never dropped silently.
+
+    Small content is kept inline as base64 `data`; content over the env's inline cap is written
+    to a file in the rollout's workspace instead and referenced by `workspace_path`, readable by
+    the reward and `copy_from_workspace` while the rollout lives.
+    """
+
+    kind: Literal["image", "audio", "resource"]
+    mime_type: str = "application/octet-stream"
+    size_bytes: int = Field(ge=0)
+    """Decoded size of the content."""
+    data: str | None = None
+    """Base64 content, when kept inline."""
+    workspace_path: str | None = None
+    """Path relative to the rollout's workspace, when the content was saved there instead."""
+    uri: str | None = None
+    """The resource's URI, for embedded resources."""
+
+
 class Message(Wire):
     """A chat message, OpenAI-shaped, with typed tool calls."""
 
@@ -98,6 +118,9 @@ class Message(Wire):
     """For role=tool: the tool that produced it."""
     is_error: bool = False
     """For role=tool: the observation is an error the model should react to."""
+    images: list[ToolAttachment] = Field(default_factory=list, exclude_if=lambda images: not images)
+    """For role=tool: the images the tool returned inline (`content` names each one). A model whose
+    `ModelConfig.images` is on sees them as image parts; any other reads only the text."""
 
 
 class Task(Wire):
@@ -119,26 +142,6 @@ class Task(Wire):
         if isinstance(self.prompt, str):
             return [Message(role="user", content=self.prompt)]
         return list(self.prompt)
-
-
-class ToolAttachment(Wire):
-    """Binary content a tool returned (an image, audio, a blob resource), never dropped silently.
-
-    Small content is kept inline as base64 `data`; content over the env's inline cap is written
-    to a file in the rollout's workspace instead and referenced by `workspace_path`, readable by
-    the reward and `copy_from_workspace` while the rollout lives.
-    """
-
-    kind: Literal["image", "audio", "resource"]
-    mime_type: str = "application/octet-stream"
-    size_bytes: int = Field(ge=0)
-    """Decoded size of the content."""
-    data: str | None = None
-    """Base64 content, when kept inline."""
-    workspace_path: str | None = None
-    """Path relative to the rollout's workspace, when the content was saved there instead."""
-    uri: str | None = None
-    """The resource's URI, for embedded resources."""
 
 
 class ToolResult(Wire):

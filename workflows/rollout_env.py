@@ -45,6 +45,8 @@ INIT_TIMEOUT = timedelta(minutes=2)
 REWARD_TIMEOUT = timedelta(minutes=10)
 RELEASE_TIMEOUT = timedelta(seconds=30)
 ENV_HEARTBEAT = timedelta(seconds=10)
+TOOL_IMAGES_PATCH = "tool-images"
+"""Patch id: tool observations carry the images a tool returned inline (`Message.images`)."""
 """Env activities heartbeat every ~3 s while they run (activities.env), so the loss of the worker
 running one is noticed within this; a tool that is slow but alive keeps its activity open."""
 
@@ -178,7 +180,18 @@ class RolloutEnv:
             result = await self.on_node(lambda handle: self.call_tool(handle, call))
             if not result.is_error:
                 self.executed.append((call, result))
-        return Message(role="tool", content=result.text, tool_call_id=call.id, name=call.name, is_error=result.is_error)
+        images = [a for a in result.attachments if a.kind == "image" and a.data is not None]
+        # Histories recorded before images reached the model replay without them (the budget's sizes).
+        if images and not workflow.patched(TOOL_IMAGES_PATCH):
+            images = []
+        return Message(
+            role="tool",
+            content=result.text,
+            tool_call_id=call.id,
+            name=call.name,
+            is_error=result.is_error,
+            images=images,
+        )
 
     async def call_tool(self, handle: RolloutHandle, call: ToolCall, *, replay: bool = False) -> ToolResult:
         limits = self.limits

@@ -4,7 +4,9 @@ Text blocks are joined into the text the model reads. Binary blocks (images, aud
 resources) are never dropped silently: each becomes a `ToolAttachment`, kept inline as base64
 while the result's binary total stays under the server's `max_inline_media_bytes`, and otherwise
 written into the rollout's workspace under `.media/` (named by content hash, so a replayed call
-renders the same text) and referenced by path. The text names every attachment where it appeared.
+renders the same text) and referenced by path. The text names every attachment where it appeared
+with a short placeholder (`[image: image/png, 12 KB]`): what a model that takes no images reads;
+one that does (`ModelConfig.images`) gets the inline images as image parts too (envs.chat).
 
 Parsers (config `parsers: {tool: spec}`) run on successful results only; the model must see
 errors as they are:
@@ -65,28 +67,36 @@ def render_result(result: mcp_types.CallToolResult, *, workspace: Path | None, m
             parts.append(f"[{getattr(block, 'type', 'content')}]")
             continue
         raw = _decode(data)
-        index = len(attachments)
         if inline_total + len(raw) <= max_inline_bytes:
             inline_total += len(raw)
             attachments.append(ToolAttachment(kind=kind, mime_type=mime, size_bytes=len(raw), data=data, uri=uri))
-            where = "inline"
+            where = ""
         elif workspace is not None:
             name = f"{MEDIA_DIR}/{hashlib.sha256(raw).hexdigest()[:16]}{mimetypes.guess_extension(mime) or '.bin'}"
             ws.write_in(workspace, raw, name)
             attachments.append(
                 ToolAttachment(kind=kind, mime_type=mime, size_bytes=len(raw), workspace_path=name, uri=uri)
             )
-            where = f"saved to workspace file {name}"
+            where = f", saved to workspace file {name}"
         else:  # no workspace to hold it: say so rather than carry megabytes through history
             attachments.append(ToolAttachment(kind=kind, mime_type=mime, size_bytes=len(raw), uri=uri))
-            where = "omitted: over the inline cap and no workspace"
-        parts.append(f"[{kind} {mime}, {len(raw)} bytes: attachment {index}, {where}]")
+            where = ", omitted: over the inline cap and no workspace"
+        parts.append(f"[{kind}: {mime}, {human_size(len(raw))}{where}]")
     return ToolResult(
         text="\n".join(parts),
         is_error=bool(result.is_error),
         structured=result.structured_content,
         attachments=attachments,
     )
+
+
+def human_size(size: int) -> str:
+    """`612 B`, `12 KB`, `3.4 MB`: a size as a placeholder names it."""
+    if size < 1024:
+        return f"{size} B"
+    if size < 1024 * 1024:
+        return f"{round(size / 1024)} KB"
+    return f"{size / (1024 * 1024):.1f} MB"
 
 
 def load_parser(spec: str, *, base_dir: Path | None = None, field: str = "parsers") -> Parser:
