@@ -380,7 +380,7 @@ def within_payload_limit(result: ToolResult, payload_limit: int | None) -> ToolR
     ]
     note = (
         f"[gymflow: this tool result was {size} bytes, over the {budget}-byte share of the payload limit "
-        "one result may use here: " + ", ".join([*dropped, "the text"]) + " cut to fit]"
+        "one result may use here; " + (f"dropped {' and '.join(dropped)}; " if dropped else "") + "text cut to fit]"
     )
     keep = len(lighter.text)
     while True:

@@ -324,7 +324,7 @@ def _codec_server(args: argparse.Namespace, settings: Settings) -> int:
         f"auth {'required' if auth else 'off'}{login})",
         file=sys.stderr,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", log_config=None)
     return 0
 
 

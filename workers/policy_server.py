@@ -225,7 +225,12 @@ class AppServer:
         self._port = sock.getsockname()[1]
         # uvicorn owns the socket from here on and closes it at shutdown.
         config = uvicorn.Config(
-            self._app, log_level="warning", lifespan="off", access_log=False, timeout_graceful_shutdown=5
+            self._app,
+            log_level="warning",
+            log_config=None,  # uvicorn's records go to the process's handlers (workers.logs), not its own
+            lifespan="off",
+            access_log=False,
+            timeout_graceful_shutdown=5,
         )
         self._server = _EmbeddedServer(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name=f"app-server:{self._port}")
@@ -302,4 +307,4 @@ def serve_forever(
 ) -> None:
     """Serve `policy` until interrupted (``gymflow policy serve ENV``); blocks."""
     app = build_app(policy, model_name=model_name, max_context_tokens=max_context_tokens)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.run(app, host=host, port=port, log_level="warning", log_config=None, access_log=False)

@@ -176,6 +176,9 @@ async def train(session: TrainerSession, *, out: Any = sys.stdout) -> int:
 
 
 async def main() -> int:
+    from workers import logs
+
+    logs.configure()  # structured log lines on stderr; stdout keeps the trainer's own progress lines
     return await train(await TrainerSession.connect())
 
 
