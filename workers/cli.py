@@ -154,20 +154,26 @@ def _train_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     add_train_args(sub, _common)
 
 
-def _log_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO (default: WARNING)")
+def _log_args(parser: argparse.ArgumentParser, *, top: bool = True) -> None:
+    """`-v` and `--log-format`, before the subcommand or after it (`gymflow eval math --log-format json`)."""
+    # On a subcommand an absent flag sets nothing, so the value given before the subcommand stands.
+    absent: dict[str, Any] = {} if top else {"default": argparse.SUPPRESS}
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO (default: WARNING)", **absent)
     parser.add_argument(
         "--log-format",
         choices=logs.LOG_FORMATS,
-        default="auto",
         help="log lines on stderr: json, console, or auto (console on a terminal, else JSON lines)",
+        **(absent or {"default": "auto"}),
     )
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                _log_args(subparser, top=False)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="gymflow", description=__doc__)
-    _log_args(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("server", help="run the embedded Temporal server (UI on --port + 1000: 8233)")
@@ -222,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     _dataset_args(sub)
     _train_args(sub)
     sub.add_parser("envs", help="list the registered envs")
+    _log_args(parser)
     return parser
 
 

@@ -23,10 +23,12 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from workers import logs
+from workers.cli import build_parser
 from workers.policy_server import AppServer
 
 ROOT = Path(__file__).parents[2]
-PROGRESS = re.compile(r"^\[\d+/\d+\] ")
+PROGRESS = re.compile(r"^(\[\d+/\d+\] |progress: \d+/\d+ )")
+"""The commands' own progress lines (workers.progress, off a terminal), not log lines."""
 
 
 def _gymflow(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -37,7 +39,7 @@ def _gymflow(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.Completed
 
 
 def _log_lines(stderr: str) -> list[dict[str, Any]]:
-    """Every stderr line parsed as a JSON object; progress lines (`[i/n] ...`) are the only other kind."""
+    """Every stderr line parsed as a JSON object; progress lines are the only other kind."""
     found = []
     for line in stderr.splitlines():
         if not line.strip() or PROGRESS.match(line):
@@ -48,8 +50,9 @@ def _log_lines(stderr: str) -> list[dict[str, Any]]:
     return found
 
 
+@pytest.mark.parametrize("command", ["rollout", "eval"])
 async def test_json_stdout_is_pure_while_core_sdk_and_gymflow_warn(
-    temporal_address: str, calculator_policy_url: str, tmp_path: Path
+    command: str, temporal_address: str, calculator_policy_url: str, tmp_path: Path
 ) -> None:
     first: list[bool] = []
 
@@ -65,7 +68,7 @@ async def test_json_stdout_is_pure_while_core_sdk_and_gymflow_warn(
     async with AppServer(Starlette(routes=[Route("/v1/chat/completions", flaky, methods=["POST"])])) as server:
         run = await asyncio.to_thread(
             _gymflow,
-            "rollout", "math", "--n", "2", "--model-url", server.url, "--json",
+            command, "math", "--n", "2", "--model-url" if command == "rollout" else "--policy", server.url, "--json",
             "--address", temporal_address, "--task-queue", f"logs-{uuid.uuid4().hex[:8]}",
             cwd=tmp_path,
             # Every workflow task is "slow" for the core: its [TMPRL1104] warning on each one.
@@ -73,7 +76,12 @@ async def test_json_stdout_is_pure_while_core_sdk_and_gymflow_warn(
         )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(run.stdout)  # the document alone: no log line, no note around it
-    assert report["summary"]["completed"] == 2 and report["summary"]["mean_reward"] == 1.0
+    if command == "rollout":
+        assert report["summary"]["completed"] == 2 and report["summary"]["mean_reward"] == 1.0
+        rollout_ids = {r["workflow_id"] for r in report["rollouts"]}
+    else:
+        policy = report["policy"]
+        assert policy["rollouts"] == policy["completed"] == 2 and policy["mean"]["value"] == 1.0, policy
     lines = _log_lines(run.stderr)
 
     core = [line for line in lines if line["logger"] == logs.CORE_LOGGER]
@@ -85,7 +93,9 @@ async def test_json_stdout_is_pure_while_core_sdk_and_gymflow_warn(
 
     [failed] = [line for line in lines if line["logger"] == "temporalio.activity"]
     assert failed["activity"] == "generate" and failed["attempt"] == 1 and failed["workflow_type"] == "RolloutWorkflow"
-    assert failed["rollout_id"] == failed["workflow_id"] in {r["workflow_id"] for r in report["rollouts"]}
+    assert failed["rollout_id"] == failed["workflow_id"]
+    if command == "rollout":
+        assert failed["workflow_id"] in rollout_ids
     assert failed["run_id"] and failed["node"] and failed["level"] == "warning"
     # A retried, typed failure is one line: its type and message, no traceback.
     assert failed["event"] == "activity attempt failed" and failed["expected"] is True
@@ -132,3 +142,11 @@ def test_a_cancelled_attempt_is_one_line_a_bug_keeps_its_traceback() -> None:
 def _restore_logging() -> Any:
     yield
     logs.configure(fmt="json", level=logging.WARNING, stream=sys.stderr)
+
+
+def test_log_flags_go_before_or_after_the_subcommand() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["eval", "math"]).log_format == "auto"
+    assert parser.parse_args(["--log-format", "json", "eval", "math"]).log_format == "json"
+    after = parser.parse_args(["train", "list", "--log-format", "console", "-v"])
+    assert after.log_format == "console" and after.verbose
