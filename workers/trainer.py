@@ -156,7 +156,10 @@ class TrainerSession:
             except RPCError as exc:
                 if exc.status in PERMANENT_RPC_ERRORS or attempt >= UPDATE_ATTEMPTS:
                     raise
-                log.warning("report %s not taken yet (%s: %s); retrying in %.1f s", id, exc.status.name, exc, delay)
+                log.warning(
+                    "report not taken yet; retrying",
+                    extra={"update_id": id, "status": exc.status.name, "error": str(exc), "retry_in_s": delay},
+                )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
         raise AssertionError("the last attempt returns or raises")
