@@ -182,7 +182,7 @@ def configure(*, fmt: LogFormat = "auto", level: int = logging.WARNING, stream: 
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
-        structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
         temporal_context,
     ]
     structlog.configure(
