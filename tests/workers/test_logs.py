@@ -11,7 +11,9 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,10 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.common import RetryPolicy
+from temporalio.worker import Worker
 
 from workers import logs
 from workers.cli import build_parser
@@ -150,3 +156,47 @@ def test_log_flags_go_before_or_after_the_subcommand() -> None:
     assert parser.parse_args(["--log-format", "json", "eval", "math"]).log_format == "json"
     after = parser.parse_args(["train", "list", "--log-format", "console", "-v"])
     assert after.log_format == "console" and after.verbose
+
+
+@activity.defn(name="starved")
+async def starved() -> str:
+    """Attempt 1 blocks its event loop past the heartbeat timeout (a starved worker), then waits."""
+    if activity.info().attempt == 1:
+        activity.heartbeat()
+        time.sleep(3)  # noqa: ASYNC251 - the starvation under test
+        activity.heartbeat()  # answered "timed out": the SDK cancels this attempt
+        await asyncio.sleep(60)
+    return "ok"
+
+
+@workflow.defn(sandboxed=False)
+class StarvedWorkflow:
+    @workflow.run
+    async def run(self) -> str:
+        return await workflow.execute_activity(
+            starved,
+            start_to_close_timeout=timedelta(seconds=90),
+            heartbeat_timeout=timedelta(seconds=1),
+            retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100)),
+        )
+
+
+async def test_an_attempt_cancelled_by_its_heartbeat_timeout_is_one_line(client: Client) -> None:
+    stream = _capture()
+    queue = f"starved-{uuid.uuid4().hex[:8]}"
+    async with Worker(client, task_queue=queue, workflows=[StarvedWorkflow], activities=[starved]):
+        result = await client.execute_workflow(StarvedWorkflow.run, id=queue, task_queue=queue)
+        assert result == "ok"
+        await _wait_for_line(stream, "activity attempt cancelled")
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    [cancelled] = [line for line in lines if line["event"].startswith("activity attempt cancelled")]
+    assert cancelled["activity"] == "starved" and cancelled["attempt"] == 1 and cancelled["expected"] is True
+    assert cancelled["workflow_id"] == queue and "exception" not in cancelled
+    assert not any("exception" in line for line in lines), lines
+
+
+async def _wait_for_line(stream: io.StringIO, text: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in stream.getvalue():
+        assert time.monotonic() < deadline, stream.getvalue()
+        await asyncio.sleep(0.05)
