@@ -76,6 +76,9 @@ class RolloutHandle(Wire):
     opening_messages: list[Message] | None = None
     """The task's opening messages with their placeholders (`{workspace}`, `{rollout_id}`) filled
     in; None when they have none (the workflow uses the task's own, history carries no copy)."""
+    sandbox: str | None = None
+    """The env's `isolation_record`: set when model code runs under a sandbox the operator opted
+    out of; the workflow copies it onto the trajectory."""
 
 
 class CallToolInput(Wire):
@@ -203,6 +206,7 @@ class EnvActivities:
             rubric=rubric,
             payload_limit_bytes=self.payload_limit_bytes,
             opening_messages=filled if filled != opening else None,
+            sandbox=env.isolation_record(),
         )
 
     @activity.defn(name="call_tool")

@@ -275,6 +275,9 @@ class Trajectory(Wire):
     usage: Usage = Field(default_factory=Usage)
     recoveries: int = 0
     """How many times the rollout was re-initialised after losing its node or server."""
+    sandbox: str | None = None
+    """Set when model-written code ran under a sandbox the operator opted out of (e.g.
+    ``GYMFLOW_SANDBOX=unsafe-unshare``): which level, and what it did not keep from the code."""
     messages: list[Message]
     """System prompt, prompt, every assistant turn and tool observation, in order."""
     tokens: list[TurnTokens] = Field(default_factory=list)
@@ -426,6 +429,23 @@ class BaseEnv(ABC):
         `judge` activity after `compute_reward` and combines both rewards.
         """
         del task
+        return None
+
+    def isolation_record(self) -> str | None:
+        """What every trajectory of this env must carry about weakened isolation, or None.
+
+        An env that runs model-written code returns a line here when the operator opted out of
+        its guaranteeing sandbox (e.g. ``GYMFLOW_SANDBOX=unsafe-unshare``); it lands in
+        `Trajectory.sandbox` and in the eval report.
+        """
+        return None
+
+    @classmethod
+    def preflight(cls) -> str | None:
+        """One line the CLI prints at start when this env cannot run as promised on this machine.
+
+        E.g. no sandbox level here keeps model-written code from the answers. None when all is well.
+        """
         return None
 
     @classmethod

@@ -335,9 +335,17 @@ def _codec_server(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _preflight(env: str) -> None:
+    """Say once, at start, what keeps `env` from running as promised here (e.g. no code sandbox)."""
+    notice = env_class(env).preflight()
+    if notice:
+        print(f"gymflow: {notice}", file=sys.stderr)
+
+
 def _batch(args: argparse.Namespace, settings: Settings) -> int:
     from workers.runner import BatchOptions, format_table, run_batch
 
+    _preflight(args.env)
     options = BatchOptions(
         env=args.env,
         n=args.n,
@@ -371,6 +379,7 @@ def _batch(args: argparse.Namespace, settings: Settings) -> int:
 def _eval(args: argparse.Namespace, settings: Settings) -> int:
     from workers.evaluate import EvalOptions, format_summary, run_eval
 
+    _preflight(args.env)
     options = EvalOptions(
         env=args.env,
         policy=args.policy,

@@ -169,6 +169,7 @@ def format_summary(summary: dict[str, Any]) -> str:
             )
     if summary.get("comparison"):
         lines.append(f"  difference (policy - baseline): {ci(summary['comparison']['difference'])}")
+    lines += [f"  UNSAFE SANDBOX: {line}" for line in summary.get("sandbox", [])]
     lines.append(f"report: {summary['report']} (and report.json)")
     lines += [f"{b['role']} batch {b['batch_id']}: {b['ui']}" for b in summary["batches"]]
     lines += [f"{b['role']} batch report: {b['report']}" for b in summary["batches"] if b.get("report")]

@@ -122,6 +122,9 @@ class Report(BaseModel):
     baseline: Side | None = None
     comparison: ComparisonSummary | None = None
     method: Method
+    sandbox: list[str] = []
+    """Sandbox opt-outs the trajectories record (`Trajectory.sandbox`), each with its rollout count:
+    model code ran without guaranteed isolation, so rewards may come from read answers."""
 
 
 # -- numbers ---------------------------------------------------------------------------------
@@ -225,6 +228,8 @@ def summarize(
             reps=boot.reps, confidence=boot.confidence, seed=boot.seed, success_threshold=success_threshold, notes=notes
         ),
     )
+    opted_out = Counter(t.sandbox for t in (*trajectories, *(baseline or ())) if t.sandbox)
+    report.sandbox = [f"{text} ({count} rollout(s))" for text, count in sorted(opted_out.items())]
     if baseline is not None:
         report.baseline, base, _ = _side(baseline, boot, labels[1])
         report.comparison = _compare(scored, base, boot, report.method.notes)

@@ -25,6 +25,7 @@ th, td { border: 1px solid #e5e7eb; padding: 3px 8px; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .policy { color: #2563eb; font-weight: 600; } .baseline { color: #ea580c; font-weight: 600; }
 .meta td:first-child { color: #6b7280; } .note { color: #6b7280; font-size: 0.9em; }
+.warning { color: #b91c1c; }
 figure { margin: 1em 0; }
 """
 
@@ -188,7 +189,9 @@ def render_html(report: Report, *, rewards: dict[str, list[float]] | None = None
     """
     labels = _names(report)
     title = f"{', '.join(report.envs)}: {' vs '.join(labels)}"
-    parts = [f"<h1>Evaluation — {escape(title)}</h1>", _meta(report), "<h2>Summary</h2>", _summary(report)]
+    parts = [f"<h1>Evaluation — {escape(title)}</h1>", _meta(report)]
+    parts += [f'<p class="warning"><b>Unsafe sandbox:</b> {escape(line)}</p>' for line in report.sandbox]
+    parts += ["<h2>Summary</h2>", _summary(report)]
     if report.pass_k:
         parts += [f'<h2>pass@k</h2><p class="note">Correct = reward ≥ {report.method.success_threshold:g}.</p>']
         parts.append(

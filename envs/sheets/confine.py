@@ -19,6 +19,9 @@ from typing import IO
 
 SANDBOX_DIR = "/workspace"
 """Where the workspace appears inside a bwrap sandbox."""
+BWRAP_ENV = "GYMFLOW_BWRAP"
+"""The bubblewrap binary (default ``bwrap`` on the PATH); ``/nonexistent`` makes a machine without it."""
+BWRAP_FIX = "install bubblewrap (apt-get install bubblewrap)"
 
 
 class SandboxUnavailable(RuntimeError):
@@ -97,7 +100,7 @@ def unshare_args(*, root: bool) -> list[str]:
 def bwrap_args(workspace: Path, lim: Limits, *, root: bool) -> list[str]:
     """``bwrap`` showing only the workspace (rw at /workspace), the runtime (ro), /proc, /dev and a /tmp."""
     binds = runtime_paths(with_setpriv=root)
-    args = [which("bwrap"), "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+    args = [bwrap_binary(), "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
     if not root:
         args.append("--unshare-user")
     args += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
@@ -142,6 +145,19 @@ def inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def bwrap_binary() -> str:
+    """The bubblewrap binary: $GYMFLOW_BWRAP when set, else ``bwrap`` from the PATH."""
+    override = os.environ.get(BWRAP_ENV)
+    if not override:
+        try:
+            return which("bwrap")
+        except SandboxUnavailable:
+            raise SandboxUnavailable(f"bubblewrap is not installed: {BWRAP_FIX}") from None
+    if not (os.path.isfile(override) and os.access(override, os.X_OK)):
+        raise SandboxUnavailable(f"no bubblewrap at ${BWRAP_ENV}={override}: {BWRAP_FIX}, or unset {BWRAP_ENV}")
+    return override
+
+
 def which(tool: str) -> str:
     """The path of `tool`, looking in the system directories too."""
     found = shutil.which(tool) or shutil.which(tool, path="/usr/bin:/bin:/usr/sbin:/sbin")
@@ -152,7 +168,10 @@ def which(tool: str) -> str:
 
 # -- processes and files -----------------------------------------------------------------------
 def claim(workspace: Path, uid: int) -> None:
-    """Give the workspace tree to `uid`, without following symlinks or touching hard-linked files."""
+    """Give the workspace tree to `uid`, without following symlinks or touching hard-linked files.
+
+    The workspace itself becomes 0700: other sandbox uids (other rollouts) cannot enter it.
+    """
     for root, dirs, files in os.walk(workspace):
         for name in [*dirs, *files]:
             path = os.path.join(root, name)
@@ -161,6 +180,7 @@ def claim(workspace: Path, uid: int) -> None:
                 os.lchown(path, uid, uid)
     if os.lstat(workspace).st_uid != uid:
         os.lchown(workspace, uid, uid)
+    os.chmod(workspace, 0o700)
 
 
 def kill_uid(uid: int) -> None:

@@ -7,10 +7,12 @@ formulas (`envs.sheets.rewards`). Answers are never in the workspace.
 
 Design decisions:
 
-* The sandbox mode (level, own uid) is detected once per worker, when the env is built, and
-  passed to every server on its command line, so servers start without probing and all rollouts
-  of a worker are isolated alike. `SheetsEnv(sandbox_level=...)` (or ``GYMFLOW_SANDBOX``) forces
-  a level; an unavailable one fails the env's construction, never silently weakens it.
+* The sandbox policy (`envs.sheets.isolation`: level, own uid, whether model code may run) is
+  chosen once per worker, when the env is built, and passed to every server on its command line,
+  so servers start without probing and all rollouts of a worker are isolated alike. Without a
+  level that guarantees isolation (bubblewrap), ``run_python`` refuses with the fix named;
+  ``sandbox_level="unsafe-unshare"`` (or ``GYMFLOW_SANDBOX``) runs model code anyway, and every
+  trajectory records it. A named level that is unavailable fails the env's construction.
 * Replayable: the workspace is a function of the input and the tool calls (programs that read the
   clock or randomness aside), so after a lost node the workflow rebuilds it by re-running them.
 * Tool timeouts: the server's per-call limit is the sandbox wall time plus a margin, so the
@@ -20,6 +22,7 @@ Design decisions:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -29,7 +32,8 @@ from envs.mcp.env import McpEnv
 from envs.policy import NullPolicy, Policy
 from envs.sheets.data import INPUT_NAME, OUTPUT_NAME, input_bytes, load_generated, load_spreadsheetbench
 from envs.sheets.rewards import expected_from, extract_output, score
-from envs.sheets.sandbox import Guarantee, Level, Limits, detect, guarantees
+from envs.sheets.isolation import Policy, choose
+from envs.sheets.sandbox import Guarantee, Level, Limits, SandboxUnavailable, guarantees
 
 SYSTEM_PROMPT = f"""You are a spreadsheet expert. Each task gives an instruction about the Excel workbook \
 {INPUT_NAME} in your working directory, the cells that must hold the answer (the answer position) and a \
@@ -46,14 +50,16 @@ Values or formulas both count: formulas are recalculated when your answer is che
 the answer position in {OUTPUT_NAME} are compared. When {OUTPUT_NAME} is saved, reply with a one-line \
 summary and no tool call."""
 
+_log = logging.getLogger(__name__)
 SERVER_MODULE = "envs.sheets.servers.workbook"
 TOOL_TIMEOUT_MARGIN_S = 30.0
 """Added to the sandbox wall time to get the server's per-call timeout."""
 
 
-def server_config(*, level: Level, own_uid: bool, limits: Limits) -> dict[str, Any]:
+def server_config(*, level: Level, own_uid: bool, limits: Limits, refuse_code: bool = False) -> dict[str, Any]:
     """The `mcpServers` entry of the workbook server for one sandbox mode."""
     args = ["-m", SERVER_MODULE, "--level", str(level), "--own-uid" if own_uid else "--caller-uid"]
+    args += ["--refuse-code"] if refuse_code else []
     args += ["--cpu-s", str(limits.cpu_s), "--wall-s", str(limits.wall_s), "--memory-mb", str(limits.memory_mb)]
     args += ["--file-mb", str(limits.file_mb), "--processes", str(limits.processes)]
     return {"sheets": {"command": "python", "args": args, "tool_timeout_s": limits.wall_s + TOOL_TIMEOUT_MARGIN_S}}
@@ -76,22 +82,43 @@ class SheetsEnv(McpEnv):
         **kwargs: Any,
     ) -> None:
         """Args:
-        sandbox_level: ``bwrap``, ``unshare``, ``rlimits``, or None for the strongest available.
+        sandbox_level: ``auto``, ``bwrap``, ``unsafe-unshare``, ``unsafe-rlimits`` (see
+            `envs.sheets.isolation`), or None for $GYMFLOW_SANDBOX (default ``auto``).
         limits: Limits of each code run (default `Limits()`).
         partial_weight: Weight of the cell-accuracy component in the total (0: binary reward).
         **kwargs: McpEnv's (workspace_root, pool_size, servers).
         """
         if not 0.0 <= partial_weight <= 1.0:
             raise ValueError(f"partial_weight must be in [0, 1], got {partial_weight}")
-        self.sandbox_level, self.own_uid = detect(sandbox_level)
+        self.policy: Policy = choose(sandbox_level)
+        if self.policy.notice():
+            _log.warning("%s", self.policy.notice())
+        self.sandbox_level, self.own_uid = self.policy.level, self.policy.own_uid
         self.limits = limits or Limits()
         self.partial_weight = partial_weight
-        kwargs.setdefault("servers", server_config(level=self.sandbox_level, own_uid=self.own_uid, limits=self.limits))
+        kwargs.setdefault(
+            "servers",
+            server_config(
+                level=self.sandbox_level, own_uid=self.own_uid, limits=self.limits, refuse_code=self.policy.refuse_code
+            ),
+        )
         super().__init__(**kwargs)
 
     def sandbox_guarantees(self) -> frozenset[Guarantee]:
         """What this env's sandbox promises (see `envs.sheets.sandbox.Guarantee`)."""
         return guarantees(self.sandbox_level, own_uid=self.own_uid)
+
+    def isolation_record(self) -> str | None:
+        """The opt-out (``unsafe-`` level) every trajectory records, if the operator chose one."""
+        return self.policy.record()
+
+    @classmethod
+    def preflight(cls) -> str | None:
+        """Says so when model code will be refused, or run under an opted-out weaker sandbox."""
+        try:
+            return choose().notice()
+        except SandboxUnavailable as exc:
+            return f"sheets: {exc}"
 
     async def init_rollout(self, rollout_id: str, **rollout_args: Any) -> None:
         """Stage the task's input workbook (``input_path``, ``generator``) as input.xlsx and start the server."""

@@ -1,15 +1,20 @@
 """Run untrusted Python (the model's code) against one workspace directory, as isolated as this machine allows.
 
 Three levels, strongest first; `Sandbox()` probes once per process and takes the strongest mode
-that works (``GYMFLOW_SANDBOX=bwrap|unshare|rlimits`` forces a level, and fails loudly if it cannot
-run):
+that works (``Sandbox(level=...)`` forces a level, and fails loudly if it cannot run). Whether
+model-written code may run at the mode found is decided above this module, in
+`envs.sheets.isolation` (only bwrap keeps it from the answers; ``GYMFLOW_SANDBOX``):
 
 * ``bwrap`` (bubblewrap): new mount, pid, net, ipc and uts namespaces. The program sees only the
   workspace (read-write, at ``/workspace``), the Python installation and its venv (read-only), the
   system libraries, a private size-capped ``/tmp``, ``/proc`` and a minimal ``/dev``. No network
   interface but loopback. Everything else (the answer files, the repo, ``/etc``) is not there.
-* ``unshare`` (util-linux): new net, pid, ipc and uts namespaces, no mount confinement.
+* ``unshare`` (util-linux): new net, pid, ipc and uts namespaces, no mount confinement: every
+  file the program's uid may read is there (as the caller's uid, all of them).
 * ``rlimits``: resource limits and the wall timeout only.
+
+``GYMFLOW_BWRAP`` names the bubblewrap binary (default: ``bwrap`` on the PATH); a path that does
+not exist makes a machine without bubblewrap, for tests.
 
 Every level adds: rlimits (CPU seconds, address space, file size, processes, open files, no core
 files) applied by ``prlimit`` before anything runs, a wall-clock timeout that kills the process
@@ -61,8 +66,6 @@ from envs.sheets.confine import SANDBOX_DIR, Limits, SandboxUnavailable
 
 __all__ = ["SANDBOX_DIR", "Guarantee", "Level", "Limits", "RunResult", "Sandbox", "SandboxUnavailable", "detect"]
 
-SANDBOX_ENV = "GYMFLOW_SANDBOX"
-"""Force a level (``bwrap``, ``unshare``, ``rlimits``); ``auto`` or unset picks the strongest."""
 REQUIRE_ENV = "GYMFLOW_SANDBOX_REQUIRE"
 """Set by .ci/run when it installed bubblewrap: the tests then fail unless that level is active."""
 UID_BASE = 1 << 30
@@ -149,8 +152,8 @@ class RunResult:
 
 
 _probe_lock = threading.Lock()
-_probes: dict[tuple[Level, bool], str | None] = {}
-"""Level -> None when it works here, else why not (probed once per process)."""
+_probes: dict[tuple[Level, bool, str], str | None] = {}
+"""(level, own uid, $GYMFLOW_BWRAP) -> None when it works here, else why not (probed once per process)."""
 _uid_counter = itertools.count()
 
 
@@ -180,10 +183,11 @@ def guarantees(level: Level, *, own_uid: bool) -> frozenset[Guarantee]:
 
 def probe(level: Level, *, own_uid: bool) -> str | None:
     """None when `level` works here (own_uid: dropping to a sandbox uid), else why not (cached)."""
+    key = (level, own_uid, os.environ.get(confine.BWRAP_ENV, ""))
     with _probe_lock:
-        if (level, own_uid) not in _probes:
-            _probes[(level, own_uid)] = _probe(level, own_uid)
-        return _probes[(level, own_uid)]
+        if key not in _probes:
+            _probes[key] = _probe(level, own_uid)
+        return _probes[key]
 
 
 def modes() -> list[tuple[Level, bool]]:
@@ -201,12 +205,12 @@ def modes() -> list[tuple[Level, bool]]:
 
 
 def detect(requested: str | Level | None = None) -> tuple[Level, bool]:
-    """The mode to use: the best that works, of `requested` (else $GYMFLOW_SANDBOX) if named.
+    """The mode to use: the best that works, of level `requested` if one is named.
 
     Raises:
         SandboxUnavailable: No mode of the named level (or none at all) works here.
     """
-    name = str(requested or os.environ.get(SANDBOX_ENV) or "auto").lower()
+    name = str(requested or "auto").lower()
     wanted: Level | None = None
     if name != "auto":
         try:
@@ -238,7 +242,7 @@ class Sandbox:
         uid: int | None = None,
     ):
         """Args:
-        level: A level name, or None for $GYMFLOW_SANDBOX / the strongest available.
+        level: A level name, or None for the strongest available.
         own_uid: Whether to drop to a sandbox uid (root only). With `level` and this both given
             nothing is probed (a server trusts the mode its worker detected).
         limits: Default limits of each run.

@@ -33,6 +33,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from envs.mcp.workspace import WorkspaceError, resolve_inside
 from envs.sheets import book
 from envs.sheets.data import INPUT_NAME, OUTPUT_NAME
+from envs.sheets.isolation import REFUSAL
 from envs.sheets.sandbox import Limits, RunResult, Sandbox
 
 MAX_CODE_CHARS = 100_000
@@ -48,11 +49,19 @@ server = MCPServer(
     ),
 )
 _sandbox: list[Sandbox] = []
+_refuse_code: list[bool] = [False]
 
 
-def configure(sandbox: Sandbox) -> None:
-    """Use `sandbox` for every tool (main() does this from the command line)."""
+def configure(sandbox: Sandbox, *, refuse_code: bool = False) -> None:
+    """Use `sandbox` for every tool (main() does this from the command line).
+
+    Args:
+        sandbox: Where programs run.
+        refuse_code: Refuse ``run_python`` (no sandbox level here guarantees isolation); the
+            other tools run only this package's own code and still work.
+    """
     _sandbox[:] = [sandbox]
+    _refuse_code[0] = refuse_code
 
 
 def sandbox() -> Sandbox:
@@ -110,6 +119,8 @@ async def run_python(code: str) -> str:
     Args:
         code: The program's source.
     """
+    if _refuse_code[0]:
+        raise ToolError(REFUSAL)
     if len(code) > MAX_CODE_CHARS:
         raise ToolError(f"the program is {len(code)} characters; at most {MAX_CODE_CHARS} are accepted")
     result = await _run(code)
@@ -182,6 +193,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     uid = parser.add_mutually_exclusive_group()
     uid.add_argument("--own-uid", dest="own_uid", action="store_true", default=None, help="drop to a sandbox uid")
     uid.add_argument("--caller-uid", dest="own_uid", action="store_false", help="run as this server's uid")
+    parser.add_argument("--refuse-code", action="store_true", help="refuse run_python (no isolating level here)")
     parser.add_argument("--cpu-s", type=int, default=defaults.cpu_s)
     parser.add_argument("--wall-s", type=float, default=defaults.wall_s)
     parser.add_argument("--memory-mb", type=int, default=defaults.memory_mb)
@@ -195,8 +207,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         file_mb=args.file_mb,
         processes=args.processes,
     )
-    configure(Sandbox(level=args.level, own_uid=args.own_uid, limits=limits))
-    print(f"sheets server: sandbox {sandbox().describe()}", file=sys.stderr)
+    configure(Sandbox(level=args.level, own_uid=args.own_uid, limits=limits), refuse_code=args.refuse_code)
+    refusing = "; run_python refused" if args.refuse_code else ""
+    print(f"sheets server: sandbox {sandbox().describe()}{refusing}", file=sys.stderr)
     server.run()
 
 
