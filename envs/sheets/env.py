@@ -31,8 +31,8 @@ from envs.contract import Message, Reward, Task
 from envs.mcp.env import McpEnv
 from envs.policy import NullPolicy, Policy
 from envs.sheets.data import INPUT_NAME, OUTPUT_NAME, input_bytes, load_generated, load_spreadsheetbench
+from envs.sheets.isolation import Isolation, choose
 from envs.sheets.rewards import expected_from, extract_output, score
-from envs.sheets.isolation import Policy, choose
 from envs.sheets.sandbox import Guarantee, Level, Limits, SandboxUnavailable, guarantees
 
 SYSTEM_PROMPT = f"""You are a spreadsheet expert. Each task gives an instruction about the Excel workbook \
@@ -90,18 +90,15 @@ class SheetsEnv(McpEnv):
         """
         if not 0.0 <= partial_weight <= 1.0:
             raise ValueError(f"partial_weight must be in [0, 1], got {partial_weight}")
-        self.policy: Policy = choose(sandbox_level)
-        if self.policy.notice():
-            _log.warning("%s", self.policy.notice())
-        self.sandbox_level, self.own_uid = self.policy.level, self.policy.own_uid
+        self.isolation: Isolation = choose(sandbox_level)
+        if self.isolation.notice():
+            _log.warning("%s", self.isolation.notice())
+        self.sandbox_level, self.own_uid = self.isolation.level, self.isolation.own_uid
         self.limits = limits or Limits()
         self.partial_weight = partial_weight
-        kwargs.setdefault(
-            "servers",
-            server_config(
-                level=self.sandbox_level, own_uid=self.own_uid, limits=self.limits, refuse_code=self.policy.refuse_code
-            ),
-        )
+        refuse = self.isolation.refuse_code
+        config = server_config(level=self.sandbox_level, own_uid=self.own_uid, limits=self.limits, refuse_code=refuse)
+        kwargs.setdefault("servers", config)
         super().__init__(**kwargs)
 
     def sandbox_guarantees(self) -> frozenset[Guarantee]:
@@ -110,7 +107,7 @@ class SheetsEnv(McpEnv):
 
     def isolation_record(self) -> str | None:
         """The opt-out (``unsafe-`` level) every trajectory records, if the operator chose one."""
-        return self.policy.record()
+        return self.isolation.record()
 
     @classmethod
     def preflight(cls) -> str | None:

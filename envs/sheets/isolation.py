@@ -20,7 +20,7 @@ Design decisions:
   the CLI says so once at start. The env's own programs (the workbook tools and the reward's
   extraction, trusted code run on model-made files) still run at the best weaker mode.
 * Running model code anyway is an explicit, visible opt-out: ``GYMFLOW_SANDBOX=unsafe-unshare``
-  (or ``unsafe-rlimits``). Every trajectory of such a worker carries `Policy.record` (its
+  (or ``unsafe-rlimits``). Every trajectory of such a worker carries `Isolation.record` (its
   ``sandbox`` field) and the eval report prints it.
 """
 
@@ -47,7 +47,7 @@ CHOICES = ("auto", "bwrap", *(UNSAFE_PREFIX + level for level in Level if level 
 
 
 @dataclass(frozen=True)
-class Policy:
+class Isolation:
     """The sandbox mode of an env on this machine, and whether model code may run in it."""
 
     level: Level
@@ -85,7 +85,7 @@ class Policy:
         return f"WARNING: isolation opted out: {self.record()}" if self.unsafe else None
 
 
-def choose(setting: str | None = None) -> Policy:
+def choose(setting: str | None = None) -> Isolation:
     """The policy of `setting` (default $GYMFLOW_SANDBOX, else ``auto``) on this machine.
 
     Raises:
@@ -101,10 +101,10 @@ def choose(setting: str | None = None) -> Policy:
     why = probe(Level.BWRAP, own_uid=is_root()) or ""
     if name.startswith(UNSAFE_PREFIX):
         level, own_uid = detect(name.removeprefix(UNSAFE_PREFIX))
-        return Policy(level, own_uid, unsafe=True, why=why or "not chosen")
+        return Isolation(level, own_uid, unsafe=True, why=why or "not chosen")
     if name == "bwrap" or not why:
-        return Policy(*detect(Level.BWRAP))
+        return Isolation(*detect(Level.BWRAP))
     level, own_uid = detect()  # the best weaker mode, for the env's own (trusted) programs
     if level in GUARANTEEING:  # bwrap works only at the caller's uid
-        return Policy(level, own_uid)
-    return Policy(level, own_uid, refuse_code=True, why=why)
+        return Isolation(level, own_uid)
+    return Isolation(level, own_uid, refuse_code=True, why=why)
