@@ -11,6 +11,22 @@ import pytest
 from envs.contract import Task
 from envs.sheets.env import SheetsEnv
 from envs.sheets.generate import CACHE_ENV
+from envs.sheets.isolation import choose
+
+NEEDS_BWRAP = "needs bubblewrap: apt-get install bubblewrap"
+
+
+def skip_unless_code_runs() -> None:
+    """Skip a test that runs model code (run_python) where it would be refused: no bubblewrap here."""
+    isolation = choose()
+    if isolation.refuse_code:
+        pytest.skip(f"run_python refuses without a sandbox that guarantees isolation ({isolation.why}): {NEEDS_BWRAP}")
+
+
+@pytest.fixture
+def code_runs() -> None:
+    """Skips the test where run_python would refuse (see `skip_unless_code_runs`)."""
+    skip_unless_code_runs()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,0 +1,218 @@
+"""Model code against the isolation promise, through the real MCP server and `run_python`.
+
+At every mode the runner uses without an opt-out (bubblewrap, with and without a dropped uid),
+code sent through `run_python` tries to read the task's answer workbook (0700 cache) and a
+world-readable copy of it (as a SpreadsheetBench checkout would be), another rollout's
+workspace, `/proc/<pid>/environ` of the worker and of a process holding an API key, files
+outside its workspace, and the network: every attempt fails. A mode the machine lacks skips,
+naming what is missing; .ci/run (GYMFLOW_SANDBOX_REQUIRE=bwrap) turns that skip into a failure.
+Without a guaranteeing level (forced with GYMFLOW_BWRAP=/nonexistent) `run_python` refuses with
+the fix named, and the opt-out is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from envs.contract import Task, ToolResult
+from envs.sheets.confine import BWRAP_ENV
+from envs.sheets.env import SheetsEnv, server_config
+from envs.sheets.isolation import SANDBOX_ENV, choose
+from envs.sheets.sandbox import REQUIRE_ENV, Level, Limits, is_root, probe
+
+
+REPO = Path(__file__).resolve().parents[3]
+MARKER = "gymflow-isolation-secret-7d1f"
+MODES = [(Level.BWRAP, True), (Level.BWRAP, False)]
+NEEDS_BWRAP = "needs bubblewrap: apt-get install bubblewrap"
+
+PROGRAM = """
+import glob, json, os, socket
+targets = json.loads({targets!r})
+out = {{}}
+for name, path in targets["files"].items():
+    try:
+        with open(path, "rb") as f:
+            out[name] = "READ " + f.read(200).hex()
+    except OSError as exc:
+        out[name] = "refused " + type(exc).__name__
+try:
+    out["other workspace listing"] = "READ " + ",".join(os.listdir(targets["other"]))
+except OSError as exc:
+    out["other workspace listing"] = "refused " + type(exc).__name__
+found = []
+for path in glob.glob("/proc/*/environ"):
+    try:
+        if targets["marker"].encode() in open(path, "rb").read():
+            found.append(path)
+    except OSError:
+        pass
+out["any environ with the key"] = "READ " + ",".join(found) if found else "refused none"
+try:
+    socket.create_connection(("127.0.0.1", targets["port"]), timeout=3).close()
+    out["network"] = "READ connected"
+except OSError as exc:
+    out["network"] = "refused " + type(exc).__name__
+interfaces = [n for _, n in socket.if_nameindex() if n != "lo"]
+out["interfaces"] = "READ " + ",".join(interfaces) if interfaces else "refused only lo"
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A TCP server on the host's loopback that accepts connections."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                server.accept()[0].close()
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    server.close()
+
+
+@pytest.fixture
+def keyholder() -> Iterator[int]:
+    """A process with an API key in its environment, like a worker: its pid."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        env={**os.environ, "GYMFLOW_MODEL_API_KEY": MARKER},
+    )
+    yield proc.pid
+    assert proc.stdin is not None
+    proc.stdin.close()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture(params=MODES, ids=[f"{level}-{'own-uid' if own else 'caller-uid'}" for level, own in MODES])
+async def confined(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SheetsEnv]:
+    """The env with its servers forced to one guaranteeing mode."""
+    level, own_uid = request.param
+    if own_uid and not is_root():
+        pytest.skip("dropping to a sandbox uid needs root")
+    reason = probe(level, own_uid=own_uid)
+    if reason is not None:
+        if os.environ.get(REQUIRE_ENV) == level:
+            pytest.fail(f".ci/run installed {level} but it does not work: {reason}")
+        pytest.skip(f"{level} is not available here ({reason}): {NEEDS_BWRAP}")
+    root = tmp_path_factory.mktemp("isolation-ws")
+    servers = server_config(level=level, own_uid=own_uid, limits=Limits())
+    env = SheetsEnv(workspace_root=root, pool_size=0, servers=servers, sandbox_level="auto")
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+async def _call(env: SheetsEnv, rollout: str, tool: str, **args: object) -> ToolResult:
+    result = await env.run_tool(rollout, tool, **args)
+    assert isinstance(result, ToolResult)
+    return result
+
+
+async def test_model_code_reaches_nothing_but_its_workspace(
+    confined: SheetsEnv, tasks: list[Task], tmp_path: Path, listener: int, keyholder: int
+) -> None:
+    task = tasks[1]
+    answer = Path(task.ground_truth["answer_path"])
+    bench = tmp_path / "bench"  # a SpreadsheetBench checkout: world-readable
+    bench.mkdir(mode=0o755)
+    tmp_path.chmod(0o755)
+    public = bench / answer.name
+    shutil.copyfile(answer, public)
+    public.chmod(0o644)
+    await confined.init_rollout("victim", **task.init_args)
+    await confined.init_rollout("attacker", **task.init_args)
+    try:
+        planted = await _call(confined, "victim", "run_python", code=f"open('secret.txt', 'w').write({MARKER!r})")
+        assert not planted.is_error, planted.text
+        other = confined.workspace("victim")
+        targets = {
+            "files": {
+                "answer (0700 cache)": str(answer),
+                "answer (world-readable)": str(public),
+                "other rollout's file": str(other / "secret.txt"),
+                "other rollout's input": str(other / "input.xlsx"),
+                "worker environ": f"/proc/{os.getpid()}/environ",
+                "keyholder environ": f"/proc/{keyholder}/environ",
+                "/etc/passwd": "/etc/passwd",
+                "repository": str(REPO / "pyproject.toml"),
+                "root's home": "/root/.bashrc",
+            },
+            "other": str(other),
+            "marker": MARKER,
+            "port": listener,
+        }
+        result = await _call(confined, "attacker", "run_python", code=PROGRAM.format(targets=json.dumps(targets)))
+        assert not result.is_error, result.text
+        line = next(x for x in result.text.splitlines() if x.startswith("RESULT "))
+        outcomes = json.loads(line.removeprefix("RESULT "))
+        leaked = {name: outcome for name, outcome in outcomes.items() if not outcome.startswith("refused")}
+        assert leaked == {}, leaked
+        assert len(outcomes) == len(targets["files"]) + 4  # noqa: PLR2004 - listing, environ scan, network, interfaces
+        assert MARKER not in result.text
+    finally:
+        await confined.release_rollout("victim")
+        await confined.release_rollout("attacker")
+
+
+async def test_without_a_guaranteeing_level_run_python_refuses_naming_the_fix(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tasks: list[Task]
+) -> None:
+    monkeypatch.setenv(BWRAP_ENV, "/nonexistent")  # a machine without bubblewrap; never uninstall it
+    monkeypatch.delenv(SANDBOX_ENV, raising=False)
+    isolation = choose()
+    assert isolation.refuse_code and isolation.level is not Level.BWRAP
+    notice = SheetsEnv.preflight()
+    assert notice is not None and "apt-get install bubblewrap" in notice and "unsafe-unshare" in notice
+    env = SheetsEnv(workspace_root=tmp_path, pool_size=0)
+    assert env.isolation_record() is None  # refusing is not an opt-out: nothing ran
+    task = tasks[1]
+    await env.init_rollout("refused", **task.init_args)
+    try:
+        code = f"print(open({task.ground_truth['answer_path']!r}, 'rb').read()[:4])"
+        refused = await _call(env, "refused", "run_python", code=code)
+        assert refused.is_error and "apt-get install bubblewrap" in refused.text
+        assert "PK" not in refused.text
+        described = await _call(env, "refused", "describe_workbook")  # the env's own tools still work
+        assert not described.is_error and "'Orders'" in described.text
+    finally:
+        await env.release_rollout("refused")
+        await env.shutdown()
+
+
+def test_weaker_levels_need_the_explicit_opt_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(SANDBOX_ENV, raising=False)
+    for bare in ("unshare", "rlimits", "none"):
+        with pytest.raises(Exception, match="only bwrap guarantees isolation"):
+            choose(bare)
+    opted = choose("unsafe-rlimits")
+    assert opted.unsafe and not opted.refuse_code and opted.level is Level.RLIMITS
+    record = opted.record()
+    assert record is not None and record.startswith(f"{SANDBOX_ENV}=unsafe-rlimits") and "fs_confined" in record
+    monkeypatch.setenv(SANDBOX_ENV, "unsafe-rlimits")
+    notice = SheetsEnv.preflight()
+    assert notice is not None and "WARNING" in notice and "unsafe-rlimits" in notice
