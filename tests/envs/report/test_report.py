@@ -224,3 +224,14 @@ def test_edge_cases(tmp_path: Path) -> None:
     mine = [_traj(f"p{i}", "t", 0.0, TerminationReason.FINAL_ANSWER) for i in range(2)]
     report = summarize(mine, baseline=other)
     assert report.comparison is None and any("no comparison" in note for note in report.method.notes)
+
+
+def test_an_opted_out_sandbox_is_printed_in_the_report(tmp_path: Path) -> None:
+    line = "GYMFLOW_SANDBOX=unsafe-unshare: model code runs at sandbox level unshare as the worker's uid"
+    safe = [_traj(f"r{i}", f"t{i}", 1.0, TerminationReason.FINAL_ANSWER) for i in range(3)]
+    unsafe = [t.model_copy(update={"sandbox": line}) for t in safe[:2]]
+    report = write_report([*unsafe, safe[2]], tmp_path)
+    assert report.sandbox == [f"{line} (2 rollout(s))"]
+    assert "Unsafe sandbox:" in (tmp_path / "report.html").read_text()
+    assert json.loads((tmp_path / "report.json").read_text())["sandbox"] == report.sandbox
+    assert write_report(safe, tmp_path / "safe").sandbox == []

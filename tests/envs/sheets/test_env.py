@@ -23,7 +23,7 @@ def test_registered_with_baselines() -> None:
         SheetsEnv.baseline_policy("oracle")
 
 
-async def test_reference_scores_one_and_null_zero(sheets_env: SheetsEnv, tasks: list[Task]) -> None:
+async def test_reference_scores_one_and_null_zero(sheets_env: SheetsEnv, tasks: list[Task], code_runs: None) -> None:
     picked = [tasks[i] for i in (0, 1, 5, 7)]  # aggregate, lookup, sort, names: formula and value answers
     assert {t.metadata["formula_answer"] for t in picked} == {True, False}
     messages, reward = await play(sheets_env, ReferencePolicy(), picked[0])
@@ -37,7 +37,9 @@ async def test_reference_scores_one_and_null_zero(sheets_env: SheetsEnv, tasks: 
     assert sheets_env.live_rollouts() == []
 
 
-async def test_tool_failures_are_observations_and_the_server_goes_on(sheets_env: SheetsEnv, tasks: list[Task]) -> None:
+async def test_tool_failures_are_observations_and_the_server_goes_on(
+    sheets_env: SheetsEnv, tasks: list[Task], code_runs: None
+) -> None:
     task = tasks[1]  # lookup: sheets 'Orders' and 'Price List'
     assert task.metadata["family"] == "lookup"
     answer = task.ground_truth["answer_path"]
@@ -80,7 +82,7 @@ async def test_tool_failures_are_observations_and_the_server_goes_on(sheets_env:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-async def test_reference_scores_one_on_every_generated_task(sheets_env: SheetsEnv) -> None:
+async def test_reference_scores_one_on_every_generated_task(sheets_env: SheetsEnv, code_runs: None) -> None:
     """>= 100 generated tasks, every family, through the MCP server's code runner and the reward."""
     many = list(SheetsEnv.load_dataset("generated", n=108, seed=1))
     families = Counter(t.metadata["family"] for t in many)

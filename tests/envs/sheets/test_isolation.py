@@ -30,7 +30,6 @@ from envs.sheets.env import SheetsEnv, server_config
 from envs.sheets.isolation import SANDBOX_ENV, choose
 from envs.sheets.sandbox import REQUIRE_ENV, Level, Limits, is_root, probe
 
-
 REPO = Path(__file__).resolve().parents[3]
 MARKER = "gymflow-isolation-secret-7d1f"
 MODES = [(Level.BWRAP, True), (Level.BWRAP, False)]
@@ -108,7 +107,9 @@ def keyholder() -> Iterator[int]:
 
 
 @pytest.fixture(params=MODES, ids=[f"{level}-{'own-uid' if own else 'caller-uid'}" for level, own in MODES])
-async def confined(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SheetsEnv]:
+async def confined(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[SheetsEnv]:
     """The env with its servers forced to one guaranteeing mode."""
     level, own_uid = request.param
     if own_uid and not is_root():
@@ -150,29 +151,25 @@ async def test_model_code_reaches_nothing_but_its_workspace(
         planted = await _call(confined, "victim", "run_python", code=f"open('secret.txt', 'w').write({MARKER!r})")
         assert not planted.is_error, planted.text
         other = confined.workspace("victim")
-        targets = {
-            "files": {
-                "answer (0700 cache)": str(answer),
-                "answer (world-readable)": str(public),
-                "other rollout's file": str(other / "secret.txt"),
-                "other rollout's input": str(other / "input.xlsx"),
-                "worker environ": f"/proc/{os.getpid()}/environ",
-                "keyholder environ": f"/proc/{keyholder}/environ",
-                "/etc/passwd": "/etc/passwd",
-                "repository": str(REPO / "pyproject.toml"),
-                "root's home": "/root/.bashrc",
-            },
-            "other": str(other),
-            "marker": MARKER,
-            "port": listener,
+        files = {
+            "answer (0700 cache)": str(answer),
+            "answer (world-readable)": str(public),
+            "other rollout's file": str(other / "secret.txt"),
+            "other rollout's input": str(other / "input.xlsx"),
+            "worker environ": f"/proc/{os.getpid()}/environ",
+            "keyholder environ": f"/proc/{keyholder}/environ",
+            "/etc/passwd": "/etc/passwd",
+            "repository": str(REPO / "pyproject.toml"),
+            "root's home": "/root/.bashrc",
         }
+        targets = {"files": files, "other": str(other), "marker": MARKER, "port": listener}
         result = await _call(confined, "attacker", "run_python", code=PROGRAM.format(targets=json.dumps(targets)))
         assert not result.is_error, result.text
         line = next(x for x in result.text.splitlines() if x.startswith("RESULT "))
         outcomes = json.loads(line.removeprefix("RESULT "))
         leaked = {name: outcome for name, outcome in outcomes.items() if not outcome.startswith("refused")}
         assert leaked == {}, leaked
-        assert len(outcomes) == len(targets["files"]) + 4  # noqa: PLR2004 - listing, environ scan, network, interfaces
+        assert len(outcomes) == len(files) + 4
         assert MARKER not in result.text
     finally:
         await confined.release_rollout("victim")

@@ -30,13 +30,37 @@ class FastSheetsEnv(SheetsEnv):
 register(FastSheetsEnv.name, FastSheetsEnv)
 
 
-async def test_reference_rollout_scores_one(client: Client, worker: RunningWorker, tasks: list[Task]) -> None:
+class UnsafeSheetsEnv(SheetsEnv):
+    """The sheets env opted out of guaranteed isolation (what GYMFLOW_SANDBOX=unsafe-rlimits does)."""
+
+    name = "sheets-unsafe"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(sandbox_level="unsafe-rlimits", **kwargs)
+
+
+register(UnsafeSheetsEnv.name, UnsafeSheetsEnv)
+
+
+async def test_reference_rollout_scores_one(
+    client: Client, worker: RunningWorker, tasks: list[Task], code_runs: None
+) -> None:
     task = next(t for t in tasks if t.metadata["formula_answer"])  # scores only through recalculation
     result = await play(client, worker, ReferencePolicy(), env="sheets", task=task)
     assert result.termination == TerminationReason.FINAL_ANSWER and not result.infra_failed
     assert result.reward is not None and result.reward.total == 1.0, result.reward
     assert result.reward.info["recalculated"] > 0
     assert result.tool_calls == 1
+    assert result.sandbox is None  # guaranteed isolation: nothing to record
+
+
+async def test_an_opted_out_sandbox_is_recorded_on_the_trajectory(
+    client: Client, worker: RunningWorker, tasks: list[Task]
+) -> None:
+    result = await play(client, worker, NullPolicy(), env="sheets-unsafe", task=tasks[0])
+    assert not result.infra_failed and result.reward is not None
+    assert result.sandbox is not None and result.sandbox.startswith("GYMFLOW_SANDBOX=unsafe-rlimits")
+    assert "fs_confined" in result.sandbox and "no_network" in result.sandbox
 
 
 def _run(code: str) -> Message:
@@ -44,7 +68,7 @@ def _run(code: str) -> Message:
 
 
 async def test_sandbox_violations_are_error_observations(
-    client: Client, worker: RunningWorker, tasks: list[Task], temporal_address: str
+    client: Client, worker: RunningWorker, tasks: list[Task], temporal_address: str, code_runs: None
 ) -> None:
     task = tasks[2]
     coords = task.init_args["generator"]
@@ -85,7 +109,7 @@ async def test_sandbox_violations_are_error_observations(
 
 
 async def test_bad_inputs_give_clear_errors_and_the_worker_goes_on(
-    client: Client, worker: RunningWorker, tasks: list[Task], tmp_path: Path
+    client: Client, worker: RunningWorker, tasks: list[Task], tmp_path: Path, code_runs: None
 ) -> None:
     junk = tmp_path / "1_junk_input.xlsx"
     junk.write_bytes(b"PK\x03\x04 not really a workbook")
