@@ -69,6 +69,9 @@ class Settings(BaseSettings):
     """S3 API endpoint for non-AWS stores (MinIO, moto); credentials come from the usual AWS_* env."""
     mcp_pool_size: int = Field(default=2, ge=0)
     """MCP server sets each env keeps started ahead of demand on this node (0: start per rollout)."""
+    workspace_quota_mb: int = Field(default=1024, ge=1)
+    """Disk quota of each rollout's workspace, for envs that set none of their own (an env's
+    `workspace_quota_mb`, e.g. in its env file): going over is an error observation."""
     reap_interval_s: float = Field(default=30.0, gt=0)
     """How often the worker checks the workflows of the rollouts it holds against the server and
     frees the servers and workspaces of those that closed without releasing them (terminated,

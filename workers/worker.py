@@ -124,7 +124,10 @@ async def running_worker(
         node_queue=queue,
         workspace_root=settings.workspace_root / settings.node_id,
         env_kwargs=env_kwargs,
-        common_env_kwargs={"pool_size": settings.mcp_pool_size},
+        common_env_kwargs={
+            "pool_size": settings.mcp_pool_size,
+            "default_workspace_quota_mb": settings.workspace_quota_mb,
+        },
         payload_limit_bytes=payload_limit,
     )
     api_key = settings.model_api_key.get_secret_value() if settings.model_api_key else None

@@ -48,6 +48,8 @@ class McpEnv(BaseEnv):
     """Reward functions (envs.mcp.reward signature) the default `compute_reward` sums."""
     workspace_seed: ClassVar[ws.WorkspaceSeed | None] = None
     """Files copied into every workspace and a setup command run in it before its servers start."""
+    workspace_quota_mb: ClassVar[int | None] = None
+    """This env's own per-rollout disk quota, over the worker's default (`default_workspace_quota_mb`)."""
 
     def __init__(
         self,
@@ -55,14 +57,20 @@ class McpEnv(BaseEnv):
         workspace_root: Path | None = None,
         servers: Mapping[str, Any] | None = None,
         pool_size: int = DEFAULT_POOL_SIZE,
+        workspace_quota_mb: int | None = None,
+        default_workspace_quota_mb: int = ws.DEFAULT_QUOTA_MB,
         **kwargs: Any,
     ) -> None:
         """Args:
         workspace_root: Parent of this env's rollout workspaces (and of its ledger).
         servers: `mcpServers` mapping; default the class's `mcp_servers`.
         pool_size: Server sets kept started ahead of demand (0: start one per init).
+        workspace_quota_mb: Disk quota of each rollout's workspace; default the class's
+            `workspace_quota_mb`, else `default_workspace_quota_mb`.
+        default_workspace_quota_mb: The worker's quota for envs that set none.
         """
         super().__init__(**kwargs)
+        self.quota_mb: int = self.resolve_quota(workspace_quota_mb, default_workspace_quota_mb)
         self.servers: dict[str, McpServerConfig] = parse_servers(servers if servers is not None else self.mcp_servers)
         parsers: dict[str, dict[str, Parser]] = {
             name: {
@@ -81,6 +89,14 @@ class McpEnv(BaseEnv):
         self.pool = WarmPool(size=pool_size, start=self._factory.start, stop=self._factory.stop)
         self._rollouts: dict[str, ServerSet] = {}
         self._tool_cache: list[ToolSpec] | None = None
+
+    @classmethod
+    def resolve_quota(cls, explicit: int | None, default: int = ws.DEFAULT_QUOTA_MB) -> int:
+        """The workspace quota in MB: `explicit`, else the class's `workspace_quota_mb`, else `default`."""
+        quota = explicit or cls.workspace_quota_mb or default
+        if quota < 1:
+            raise ValueError(f"workspace_quota_mb must be at least 1, got {quota}")
+        return quota
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], **kwargs: Any) -> McpEnv:
@@ -107,6 +123,7 @@ class McpEnv(BaseEnv):
         try:
             for name, content in files.items():
                 ws.write_in(sset.workspace, content, name)
+            ws.check_quota(sset.workspace, self.quota_mb)
         except BaseException:
             await self.release_rollout(rollout_id)
             raise
@@ -144,7 +161,13 @@ class McpEnv(BaseEnv):
         return list(self._tool_cache)
 
     async def run_tool(self, rollout_id: str, tool_name: str, /, **tool_args: Any) -> ToolResult:
-        return await self._get(rollout_id).call(tool_name, tool_args)
+        """Call the tool; a call that leaves the workspace over its quota is an error observation."""
+        sset = self._get(rollout_id)
+        result = await sset.call(tool_name, tool_args)
+        over = await asyncio.to_thread(ws.over_quota, sset.workspace, self.quota_mb)
+        if over is None:
+            return result
+        return result.model_copy(update={"is_error": True, "text": f"{result.text}\n[gymflow: {over}]".lstrip()})
 
     def tools(self, rollout_id: str) -> RolloutTools:
         """The rollout's live servers, for rewards that inspect state through tools."""

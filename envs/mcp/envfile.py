@@ -70,6 +70,8 @@ class EnvFile(Wire):
     """Re-running a rollout's tool calls on fresh servers rebuilds its state exactly."""
     workspace: WorkspaceSeed | None = None
     """Files and a setup command every workspace gets before its servers start (envs.mcp.workspace)."""
+    workspace_quota_mb: int | None = Field(default=None, ge=1)
+    """Disk quota of each rollout's workspace in MB (default: the worker's `workspace_quota_mb`)."""
 
     @field_validator("reward")
     @classmethod
@@ -158,6 +160,7 @@ def _build(name: str, path: Path, mtime_ns: int, size: int) -> type[FileEnv]:
         "workspace_seed": seed,
         "stateless": config.stateless,
         "replayable": config.replayable,
+        "workspace_quota_mb": config.workspace_quota_mb,
         "dataset_path": (base / config.dataset) if config.dataset else None,
         "__module__": __name__,
     }

@@ -23,6 +23,44 @@ MAX_COPY_BYTES = 256 * 1024 * 1024
 """Largest single file copied into or out of a workspace."""
 
 
+DEFAULT_QUOTA_MB = 1024
+"""Disk a rollout's workspace may hold unless the worker (`Settings.workspace_quota_mb`) or the env says otherwise."""
+
+
+def usage(root: Path) -> int:
+    """Bytes of disk the tree under `root` occupies (allocated blocks; links not followed, hard links once)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for directory, dirs, files in os.walk(root):
+        for name in (*dirs, *files):
+            try:
+                st = os.lstat(os.path.join(directory, name))
+            except OSError:  # removed meanwhile
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+def over_quota(root: Path, quota_mb: int) -> str | None:
+    """A note the model can act on when the workspace holds more than `quota_mb` MB, else None."""
+    used = usage(root)
+    if used <= quota_mb * 1024 * 1024:
+        return None
+    return (
+        f"the workspace holds {used / 2**20:.1f} MB, over its {quota_mb} MB disk quota: "
+        "delete files before writing more"
+    )
+
+
+def check_quota(root: Path, quota_mb: int) -> None:
+    """Raise ValueError when what was staged into a workspace is already over its quota."""
+    over = over_quota(root, quota_mb)
+    if over is not None:
+        raise ValueError(f"the task's files do not fit: {over}")
+
+
 class WorkspaceError(ToolError):
     """A workspace path or copy was refused (escape attempt, too large, missing)."""
 

@@ -13,6 +13,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
@@ -46,6 +48,9 @@ class Limits:
     """Open file descriptors."""
     tmp_mb: int = 64
     """Size of the private /tmp (bwrap only)."""
+    workspace_mb: int | None = None
+    """Disk quota of the workspace: a run that grows it past this is stopped (checked every
+    `QUOTA_POLL_S`), and no file may be larger than what was left at the start."""
     output_chars: int = 8000
     """Characters of stdout and of stderr kept (head and tail)."""
 
@@ -205,21 +210,40 @@ def feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
         pass
 
 
-def wait(proc: subprocess.Popen[bytes], timeout: float) -> tuple[bool, float]:
-    """Wait up to `timeout` s, then kill the process group; (timed out, CPU seconds of the tree).
+QUOTA_POLL_S = 0.1
+"""How often a running program's workspace is measured against its quota."""
 
-    wait4's rusage counts the child and every descendant it reaped: the CPU time of the whole
-    sandbox, whatever a wrapper makes of the exit status (unshare loses a child's signal).
+
+def wait(
+    proc: subprocess.Popen[bytes], timeout: float, *, over: Callable[[], bool] | None = None
+) -> tuple[bool, bool, float]:
+    """Wait up to `timeout` s, then kill the process group; (timed out, stopped by `over`, CPU seconds).
+
+    `over` (the workspace quota check) is polled every `QUOTA_POLL_S`; when it says so the
+    program is killed at once. wait4's rusage counts the child and every descendant it reaped:
+    the CPU time of the whole sandbox, whatever a wrapper makes of the exit status (unshare loses
+    a child's signal).
     """
+    deadline = time.monotonic() + timeout
+    timed_out = stopped = False
     pidfd = os.pidfd_open(proc.pid)
     try:
-        timed_out = not select.select([pidfd], [], [], timeout)[0]
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            if select.select([pidfd], [], [], left if over is None else min(left, QUOTA_POLL_S))[0]:
+                break
+            if over is not None and over():
+                stopped = True
+                break
     finally:
         os.close(pidfd)
     killpg(proc)
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return timed_out, usage.ru_utime + usage.ru_stime
+    return timed_out, stopped, usage.ru_utime + usage.ru_stime
 
 
 def killpg(proc: subprocess.Popen[bytes]) -> None:

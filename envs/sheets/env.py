@@ -22,6 +22,7 @@ Design decisions:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Iterable
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any
 
 from envs.contract import Message, Reward, Task
 from envs.mcp.env import McpEnv
+from envs.mcp.workspace import DEFAULT_QUOTA_MB
 from envs.policy import NullPolicy, Policy
 from envs.sheets.data import INPUT_NAME, OUTPUT_NAME, input_bytes, load_generated, load_spreadsheetbench
 from envs.sheets.isolation import Isolation, choose
@@ -62,6 +64,7 @@ def server_config(*, level: Level, own_uid: bool, limits: Limits, refuse_code: b
     args += ["--refuse-code"] if refuse_code else []
     args += ["--cpu-s", str(limits.cpu_s), "--wall-s", str(limits.wall_s), "--memory-mb", str(limits.memory_mb)]
     args += ["--file-mb", str(limits.file_mb), "--processes", str(limits.processes)]
+    args += ["--workspace-mb", str(limits.workspace_mb)] if limits.workspace_mb is not None else []
     return {"sheets": {"command": "python", "args": args, "tool_timeout_s": limits.wall_s + TOOL_TIMEOUT_MARGIN_S}}
 
 
@@ -84,7 +87,8 @@ class SheetsEnv(McpEnv):
         """Args:
         sandbox_level: ``auto``, ``bwrap``, ``unsafe-unshare``, ``unsafe-rlimits`` (see
             `envs.sheets.isolation`), or None for $GYMFLOW_SANDBOX (default ``auto``).
-        limits: Limits of each code run (default `Limits()`).
+        limits: Limits of each code run (default `Limits()`); its `workspace_mb` is the env's
+            workspace quota (`workspace_quota_mb`, McpEnv's).
         partial_weight: Weight of the cell-accuracy component in the total (0: binary reward).
         **kwargs: McpEnv's (workspace_root, pool_size, servers).
         """
@@ -94,7 +98,10 @@ class SheetsEnv(McpEnv):
         if self.isolation.notice():
             _log.warning("%s", self.isolation.notice())
         self.sandbox_level, self.own_uid = self.isolation.level, self.isolation.own_uid
-        self.limits = limits or Limits()
+        quota = self.resolve_quota(
+            kwargs.get("workspace_quota_mb"), kwargs.get("default_workspace_quota_mb", DEFAULT_QUOTA_MB)
+        )
+        self.limits = dataclasses.replace(limits or Limits(), workspace_mb=quota)
         self.partial_weight = partial_weight
         refuse = self.isolation.refuse_code
         config = server_config(level=self.sandbox_level, own_uid=self.own_uid, limits=self.limits, refuse_code=refuse)

@@ -48,6 +48,7 @@ Design decisions:
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import itertools
 import os
@@ -57,10 +58,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from envs.mcp.workspace import usage
 from envs.sheets import confine
 from envs.sheets.confine import SANDBOX_DIR, Limits, SandboxUnavailable
 
@@ -68,6 +70,7 @@ __all__ = ["SANDBOX_DIR", "Guarantee", "Level", "Limits", "RunResult", "Sandbox"
 
 REQUIRE_ENV = "GYMFLOW_SANDBOX_REQUIRE"
 """Set by .ci/run when it installed bubblewrap: the tests then fail unless that level is active."""
+MB = 1024 * 1024
 UID_BASE = 1 << 30
 """Sandbox uids are allocated in [2**30, 2**31): far from real users and subuid ranges."""
 
@@ -110,6 +113,8 @@ class RunResult:
     timed_out: bool = False
     cpu_s: float = 0.0
     """CPU seconds the run used, all its processes together."""
+    over_quota: bool = False
+    """Stopped because the workspace grew past its disk quota (`Limits.workspace_mb`)."""
 
     @property
     def signal(self) -> int | None:
@@ -123,13 +128,15 @@ class RunResult:
     @property
     def ok(self) -> bool:
         """Exited with status 0 within the limits."""
-        return self.returncode == 0 and not self.timed_out
+        return self.returncode == 0 and not self.timed_out and not self.over_quota
 
     def problem(self) -> str | None:
         """Why the run failed, in words the model can act on; None when it succeeded."""
         lim, sig, tail = self.limits, self.signal, self.stderr[-2000:]
         if self.timed_out:
             return f"stopped: the program ran longer than the {lim.wall_s:g}s wall-clock limit"
+        if self.over_quota:
+            return f"stopped: the workspace grew past its {lim.workspace_mb} MB disk quota; delete files to go on"
         # Died of an uncaught MemoryError: that is the cause, even when the CPU limit (filling
         # pages costs CPU) struck while the traceback was being printed.
         if tail.rstrip().endswith("MemoryError"):
@@ -278,13 +285,21 @@ class Sandbox:
         with self._lock, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             if self.uid is not None:
                 confine.claim(workspace, self.uid)
+            over: Callable[[], bool] | None = None
+            if lim.workspace_mb is not None:
+                # Growth past the quota stops the run; a workspace already over it may still
+                # shrink (a program deleting files), so the bound is the larger of the two.
+                bound = max(lim.workspace_mb * MB, usage(workspace))
+                left_mb = max(1, (lim.workspace_mb * MB - usage(workspace)) // MB)
+                lim = dataclasses.replace(lim, file_mb=min(lim.file_mb, left_mb))
+                over = lambda: usage(workspace) > bound  # noqa: E731 - a closure over the bound
             command, env, cwd = self._command(workspace, list(args), lim)
             started = time.perf_counter()
             proc = subprocess.Popen(
                 command, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=cwd, env=env, start_new_session=True
             )
             threading.Thread(target=confine.feed, args=(proc, code.encode()), daemon=True).start()
-            timed_out, cpu_s = confine.wait(proc, lim.wall_s)
+            timed_out, over_quota, cpu_s = confine.wait(proc, lim.wall_s, over=over)
             if self.uid is not None:
                 confine.kill_uid(self.uid)
             return RunResult(
@@ -296,6 +311,7 @@ class Sandbox:
                 limits=lim,
                 timed_out=timed_out,
                 cpu_s=cpu_s,
+                over_quota=over_quota,
             )
 
     # -- command lines -------------------------------------------------------------------------

@@ -199,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--memory-mb", type=int, default=defaults.memory_mb)
     parser.add_argument("--file-mb", type=int, default=defaults.file_mb)
     parser.add_argument("--processes", type=int, default=defaults.processes)
+    parser.add_argument("--workspace-mb", type=int, default=None, help="disk quota of the workspace")
     args = parser.parse_args(argv)
     limits = Limits(
         cpu_s=args.cpu_s,
@@ -206,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         memory_mb=args.memory_mb,
         file_mb=args.file_mb,
         processes=args.processes,
+        workspace_mb=args.workspace_mb,
     )
     configure(Sandbox(level=args.level, own_uid=args.own_uid, limits=limits), refuse_code=args.refuse_code)
     refusing = "; run_python refused" if args.refuse_code else ""

@@ -106,3 +106,16 @@ async def test_env_copies_refuse_a_link_a_rollout_planted(make_env: MakeEnv, tmp
     await env.copy_content_to_workspace("r", "hello", "notes/a.txt")
     result = await env.run_tool("r", "list_files")
     assert "notes" in result.text and "planted.txt" in result.text
+
+
+async def test_a_call_that_leaves_the_workspace_over_its_quota_is_an_error_observation(make_env: MakeEnv) -> None:
+    env = make_env(default_workspace_quota_mb=1)
+    await env.init_rollout("q")
+    fine = await env.run_tool("q", "write_note", name="small.txt", text="x" * 1000)
+    assert not fine.is_error and fine.text == "wrote small.txt"
+    over = await env.run_tool("q", "write_note", name="big.txt", text="x" * (2 * 1024 * 1024))
+    assert over.is_error and over.text.startswith("wrote big.txt")
+    assert "over its 1 MB disk quota: delete files before writing more" in over.text
+    with pytest.raises(ValueError, match="the task's files do not fit"):
+        await env.init_rollout("too-big", files={"data.bin": b"x" * (2 * 1024 * 1024)})
+    assert ws.usage(env.workspace("q")) > 2 * 1024 * 1024

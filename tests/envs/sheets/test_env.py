@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +94,23 @@ async def test_reference_scores_one_on_every_generated_task(sheets_env: SheetsEn
     assert sum(r.info["recalculated"] > 0 for r in rewards) > 20  # many scored through recalculated formulas
     nulls = await play_tasks(sheets_env, NullPolicy(), many, concurrency=8)
     assert {r.total for r in nulls} == {0.0}
+
+
+async def test_the_workspace_quota_is_an_error_observation(tmp_path: Path, tasks: list[Task], code_runs: None) -> None:
+    env = SheetsEnv(workspace_root=tmp_path, pool_size=0, default_workspace_quota_mb=4)
+    assert env.quota_mb == 4 and env.limits.workspace_mb == 4
+    assert SheetsEnv(workspace_root=tmp_path, workspace_quota_mb=9, default_workspace_quota_mb=4).quota_mb == 9
+    await env.init_rollout("quota", **tasks[0].init_args)
+    try:
+        fill = "import os\nfor i in range(50):\n    open(f'f{i}.bin', 'wb').write(os.urandom(1024 * 1024))"
+        over = await env.run_tool("quota", "run_python", code=fill)
+        assert isinstance(over, ToolResult) and over.is_error
+        assert "4 MB disk quota" in over.text, over.text
+        clean = "import glob, os\nfor p in glob.glob('*.bin'):\n    os.remove(p)"
+        cleaned = await env.run_tool("quota", "run_python", code=clean)
+        assert isinstance(cleaned, ToolResult) and not cleaned.is_error, cleaned.text
+        written = await env.run_tool("quota", "write_cells", cells={"A1": 1})
+        assert isinstance(written, ToolResult) and not written.is_error, written.text
+    finally:
+        await env.release_rollout("quota")
+        await env.shutdown()

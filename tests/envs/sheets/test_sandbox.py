@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from envs.mcp.workspace import usage
 from envs.sheets.sandbox import (
+    MB,
     REQUIRE_ENV,
     Guarantee,
     Level,
@@ -46,7 +48,8 @@ def sandbox(request: pytest.FixtureRequest) -> Sandbox:
     except SandboxUnavailable as exc:
         if os.environ.get(REQUIRE_ENV) == level:
             pytest.fail(f".ci/run installed {level} but it does not work: {exc}")
-        pytest.skip(f"level {level} is not available on this machine: {exc}")
+        need = ": needs bubblewrap: apt-get install bubblewrap" if level == Level.BWRAP else ""
+        pytest.skip(f"level {level} is not available on this machine: {exc}{need}")
 
 
 @pytest.fixture
@@ -263,3 +266,33 @@ def test_a_memory_error_is_named_even_when_the_cpu_limit_struck_while_it_was_rep
     stderr = 'Traceback (most recent call last):\n  File "<stdin>", line 3, in <module>\nMemoryError\n'
     result = RunResult(152, "", stderr, 2045.0, Level.BWRAP, SMALL, cpu_s=2.0)
     assert "memory limit" in (result.problem() or "")
+
+
+FILL = """
+import os
+for i in range(400):  # 400 MB in 1 MB files: none over the file limit, together far over the quota
+    with open(f"fill{i}.bin", "wb") as f:
+        f.write(os.urandom(1024 * 1024))
+print("wrote them all")
+"""
+
+
+def test_the_workspace_quota_stops_a_run_and_deletions_still_work(sandbox: Sandbox, workspace: Path) -> None:
+    quota = dataclasses.replace(SMALL, workspace_mb=16, file_mb=64, cpu_s=20)
+    big = sandbox.run("open('one.bin', 'wb').write(b'x' * (20 * 1024 * 1024))", workspace=workspace, limits=quota)
+    assert not big.ok and "16 MB" in (big.problem() or "")  # the file limit or the quota, whichever struck first
+    assert usage(workspace) <= 16 * MB + 64 * 1024
+    result = sandbox.run(FILL, workspace=workspace, limits=quota)
+    assert result.over_quota and not result.ok and "wrote them all" not in result.stdout
+    assert "16 MB disk quota" in (result.problem() or "")
+    used = usage(workspace)
+    # The check runs every QUOTA_POLL_S: what a program writes meanwhile is the only overshoot.
+    print(f"quota 16 MB: the workspace holds {used / MB:.1f} MB after the stopped run")
+    assert 16 * MB < used < 16 * MB + 64 * MB, used
+    cleaned = sandbox.run(
+        "import glob, os\nfor p in glob.glob('*.bin'):\n    os.remove(p)\nprint('clean')",
+        workspace=workspace,
+        limits=quota,
+    )
+    assert cleaned.ok and "clean" in cleaned.stdout, cleaned.stderr
+    assert usage(workspace) < MB
