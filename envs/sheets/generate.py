@@ -11,10 +11,12 @@ Design decisions:
   ``(VERSION, seed, index)`` and its family is ``FAMILIES[(seed + index) % len]``. So anyone with
   the code can rebuild a task from its id (``g1-s0-00017``): the reference policy does exactly
   that to obtain the reference program, and a worker without the client's files rebuilds the
-  input workbook (`ensure_row`). Nobody needs the answer files for either.
+  input workbook (`input_workbook`, in memory). Nobody needs the answer files for either, so
+  they are written only on request (``write_dataset(answers=True)``): a worker's disk never holds
+  the answers of generated tasks, whatever its sandbox.
 * The cache directory name carries a fingerprint of the generator's source, so files written by
   an older generator are never mistaken for the current one.
-* Files are written to a temporary directory and renamed into place, so concurrent generators
+* Files are written aside and renamed into place, so concurrent generators
   (two workers, a worker and a client) never see half a task. The cache is created 0700: at the
   weaker sandbox levels, a sandboxed program (its own uid) still cannot read the answers.
 """
@@ -24,12 +26,12 @@ from __future__ import annotations
 import datetime
 import functools
 import hashlib
+import io
 import json
 import os
 import random
 import re
-import shutil
-import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -130,37 +132,52 @@ def dataset_row(seed: int, index: int) -> dict[str, Any]:
     }
 
 
-def ensure_row(directory: Path, seed: int, index: int) -> Path:
-    """Write task `index`'s input and answer workbooks under `directory` unless present; its folder."""
+def input_workbook(seed: int, index: int) -> bytes:
+    """Task `index`'s input workbook, built in memory (a worker rebuilding an input writes no answer)."""
+    drawn = spec(seed, index)
+    out = io.BytesIO()
+    workbook(drawn.sheets, drawn.extras).save(out)
+    return out.getvalue()
+
+
+def ensure_row(directory: Path, seed: int, index: int, *, answer: bool = False) -> Path:
+    """Write task `index`'s input workbook (and its answer, if asked) under `directory` unless present."""
     rid = row_id(seed, index)
     final = directory / "spreadsheet" / rid
-    if (final / f"1_{rid}_answer.xlsx").is_file():
+    names = [f"1_{rid}_input.xlsx", *([f"1_{rid}_answer.xlsx"] if answer else [])]
+    if all((final / name).is_file() for name in names):
         return final
     drawn = spec(seed, index)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{rid}-", dir=final.parent))
-    try:
-        workbook(drawn.sheets, drawn.extras).save(tmp / f"1_{rid}_input.xlsx")
-        workbook(drawn.sheets, drawn.extras, drawn.answer).save(tmp / f"1_{rid}_answer.xlsx")
-        try:
-            tmp.rename(final)
-        except OSError:  # another process finished it first
-            if not (final / f"1_{rid}_answer.xlsx").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    final.mkdir(parents=True, exist_ok=True)
+    for name in names:  # each file written aside and renamed in: concurrent writers never see half of one
+        if not (final / name).is_file():
+            extra = [drawn.answer] if name.endswith("_answer.xlsx") else []
+            tmp = final / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+            try:
+                workbook(drawn.sheets, drawn.extras, *extra).save(tmp)
+                tmp.replace(final / name)
+            finally:
+                tmp.unlink(missing_ok=True)
     return final
 
 
-def write_dataset(n: int, *, seed: int = 0, root: Path | None = None) -> Path:
-    """Generate tasks 0..n-1 of `seed` in SpreadsheetBench format (reusing cached ones); the directory."""
+def write_dataset(n: int, *, seed: int = 0, root: Path | None = None, answers: bool = False) -> Path:
+    """Generate tasks 0..n-1 of `seed` in SpreadsheetBench layout (reusing cached ones); the directory.
+
+    Args:
+        n: Tasks to write.
+        seed: The dataset's seed.
+        root: Cache root (default `cache_root()`).
+        answers: Also write each task's answer workbook (the benchmark's full format, for use
+            elsewhere). The env never needs them: generated tasks carry their expected cells.
+    """
     directory = dataset_dir(seed, root=root)
     directory.mkdir(parents=True, exist_ok=True)
     for parent in (directory.parent, directory):
         parent.chmod(0o700)
     rows = [dataset_row(seed, i) for i in range(n)]
     for i in range(n):
-        ensure_row(directory, seed, i)
+        ensure_row(directory, seed, i, answer=answers)
     manifest = directory / "dataset.json"
     existing = json.loads(manifest.read_text()) if manifest.is_file() else []
     if len(existing) < n:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from envs.contract import Task
+from envs.sheets import generate
 from envs.sheets.env import SheetsEnv
 from envs.sheets.generate import CACHE_ENV
 from envs.sheets.isolation import choose
@@ -46,6 +47,20 @@ def sheets_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def tasks(sheets_cache: Path) -> list[Task]:
     """Eighteen generated tasks: every family twice."""
     return list(SheetsEnv.load_dataset("generated", n=18, seed=0))
+
+
+@pytest.fixture(scope="session")
+def answers(tasks: list[Task]) -> dict[str, str]:
+    """Task id -> its answer workbook, written as a SpreadsheetBench checkout holds them (0700 cache).
+
+    The env never writes them (generated tasks carry their cells): tests that need an answer file
+    (the reward's file path, attempts to read one) ask for them here.
+    """
+    directory = generate.write_dataset(len(tasks), seed=0, answers=True)
+    return {
+        t.id: str(directory / "spreadsheet" / t.metadata["row_id"] / f"1_{t.metadata['row_id']}_answer.xlsx")
+        for t in tasks
+    }
 
 
 @pytest.fixture(scope="module")

@@ -112,8 +112,14 @@ def test_generated_tasks_are_deterministic_and_in_benchmark_format(tasks: list[T
     directory = generate.dataset_dir(0, root=tmp_path)
     rows = json.loads((directory / "dataset.json").read_text())
     assert rows[0]["spreadsheet_path"] == f"spreadsheet/{rows[0]['id']}"
-    assert (directory / rows[0]["spreadsheet_path"] / f"1_{rows[0]['id']}_answer.xlsx").is_file()
-    assert directory.stat().st_mode & 0o077 == 0  # answers are private to the worker's uid
+    folder = directory / rows[0]["spreadsheet_path"]
+    assert (folder / f"1_{rows[0]['id']}_input.xlsx").is_file()
+    assert not (folder / f"1_{rows[0]['id']}_answer.xlsx").exists()  # the env never writes answers
+    assert all("answer_path" not in t.ground_truth for t in again)
+    assert directory.stat().st_mode & 0o077 == 0  # private to the worker's uid
+    generate.write_dataset(3, seed=0, root=tmp_path, answers=True)  # the benchmark's full format, on request
+    full = data.load_spreadsheetbench(directory, limit=3)
+    assert [Path(t.ground_truth["answer_path"]).is_file() for t in full] == [True] * 3
     for task in tasks:
         assert len(task.prompt) < 3000  # a bounded preview, not the sheet
         assert str(directory) not in str(task.prompt)

@@ -24,7 +24,8 @@ def test_registered_with_baselines() -> None:
         SheetsEnv.baseline_policy("oracle")
 
 
-async def test_reference_scores_one_and_null_zero(sheets_env: SheetsEnv, tasks: list[Task], code_runs: None) -> None:
+@pytest.mark.usefixtures("code_runs")
+async def test_reference_scores_one_and_null_zero(sheets_env: SheetsEnv, tasks: list[Task]) -> None:
     picked = [tasks[i] for i in (0, 1, 5, 7)]  # aggregate, lookup, sort, names: formula and value answers
     assert {t.metadata["formula_answer"] for t in picked} == {True, False}
     messages, reward = await play(sheets_env, ReferencePolicy(), picked[0])
@@ -38,12 +39,13 @@ async def test_reference_scores_one_and_null_zero(sheets_env: SheetsEnv, tasks: 
     assert sheets_env.live_rollouts() == []
 
 
+@pytest.mark.usefixtures("code_runs")
 async def test_tool_failures_are_observations_and_the_server_goes_on(
-    sheets_env: SheetsEnv, tasks: list[Task], code_runs: None
+    sheets_env: SheetsEnv, tasks: list[Task], answers: dict[str, str]
 ) -> None:
     task = tasks[1]  # lookup: sheets 'Orders' and 'Price List'
     assert task.metadata["family"] == "lookup"
-    answer = task.ground_truth["answer_path"]
+    answer = answers[task.id]
     await sheets_env.init_rollout("errors", **task.init_args)
     try:
 
@@ -83,7 +85,8 @@ async def test_tool_failures_are_observations_and_the_server_goes_on(
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-async def test_reference_scores_one_on_every_generated_task(sheets_env: SheetsEnv, code_runs: None) -> None:
+@pytest.mark.usefixtures("code_runs")
+async def test_reference_scores_one_on_every_generated_task(sheets_env: SheetsEnv) -> None:
     """>= 100 generated tasks, every family, through the MCP server's code runner and the reward."""
     many = list(SheetsEnv.load_dataset("generated", n=108, seed=1))
     families = Counter(t.metadata["family"] for t in many)
@@ -96,7 +99,8 @@ async def test_reference_scores_one_on_every_generated_task(sheets_env: SheetsEn
     assert {r.total for r in nulls} == {0.0}
 
 
-async def test_the_workspace_quota_is_an_error_observation(tmp_path: Path, tasks: list[Task], code_runs: None) -> None:
+@pytest.mark.usefixtures("code_runs")
+async def test_the_workspace_quota_is_an_error_observation(tmp_path: Path, tasks: list[Task]) -> None:
     env = SheetsEnv(workspace_root=tmp_path, pool_size=0, default_workspace_quota_mb=4)
     assert env.quota_mb == 4 and env.limits.workspace_mb == 4
     assert SheetsEnv(workspace_root=tmp_path, workspace_quota_mb=9, default_workspace_quota_mb=4).quota_mb == 9

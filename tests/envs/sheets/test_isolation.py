@@ -106,6 +106,12 @@ def keyholder() -> Iterator[int]:
     proc.wait(timeout=30)
 
 
+@pytest.fixture
+def outside(listener: int, keyholder: int) -> tuple[int, int]:
+    """What lives outside the sandbox: a listening port on the host and a process holding a key."""
+    return listener, keyholder
+
+
 @pytest.fixture(params=MODES, ids=[f"{level}-{'own-uid' if own else 'caller-uid'}" for level, own in MODES])
 async def confined(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -135,10 +141,11 @@ async def _call(env: SheetsEnv, rollout: str, tool: str, **args: object) -> Tool
 
 
 async def test_model_code_reaches_nothing_but_its_workspace(
-    confined: SheetsEnv, tasks: list[Task], tmp_path: Path, listener: int, keyholder: int
+    confined: SheetsEnv, tasks: list[Task], answers: dict[str, str], tmp_path: Path, outside: tuple[int, int]
 ) -> None:
+    listener, keyholder = outside
     task = tasks[1]
-    answer = Path(task.ground_truth["answer_path"])
+    answer = Path(answers[task.id])
     bench = tmp_path / "bench"  # a SpreadsheetBench checkout: world-readable
     bench.mkdir(mode=0o755)
     tmp_path.chmod(0o755)
@@ -177,7 +184,7 @@ async def test_model_code_reaches_nothing_but_its_workspace(
 
 
 async def test_without_a_guaranteeing_level_run_python_refuses_naming_the_fix(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tasks: list[Task]
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tasks: list[Task], answers: dict[str, str]
 ) -> None:
     monkeypatch.setenv(BWRAP_ENV, "/nonexistent")  # a machine without bubblewrap; never uninstall it
     monkeypatch.delenv(SANDBOX_ENV, raising=False)
@@ -190,7 +197,7 @@ async def test_without_a_guaranteeing_level_run_python_refuses_naming_the_fix(
     task = tasks[1]
     await env.init_rollout("refused", **task.init_args)
     try:
-        code = f"print(open({task.ground_truth['answer_path']!r}, 'rb').read()[:4])"
+        code = f"print(open({answers[task.id]!r}, 'rb').read()[:4])"
         refused = await _call(env, "refused", "run_python", code=code)
         assert refused.is_error and "apt-get install bubblewrap" in refused.text
         assert "PK" not in refused.text

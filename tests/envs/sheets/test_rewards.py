@@ -63,19 +63,18 @@ def test_missing_or_broken_output_scores_zero(tmp_path: Path) -> None:
     assert reward.total == 0.0 and "not a valid .xlsx workbook" in reward.info["error"]
 
 
-def test_answer_file_ground_truth(tasks: list[Task], tmp_path: Path) -> None:
+def test_answer_file_ground_truth(tasks: list[Task], answers: dict[str, str], tmp_path: Path) -> None:
     task = tasks[0]
-    by_file = expected_from(
-        {"answer_position": task.ground_truth["answer_position"], "answer_path": task.ground_truth["answer_path"]}
-    )
+    assert "answer_path" not in task.ground_truth  # generated tasks carry their cells, no file
+    by_file = expected_from({"answer_position": task.ground_truth["answer_position"], "answer_path": answers[task.id]})
     assert by_file == expected_from(task.ground_truth)
-    whole = expected_from({"answer_position": "C:C", "answer_path": task.ground_truth["answer_path"]})
-    sheet = openpyxl.load_workbook(task.ground_truth["answer_path"]).worksheets[0]
+    whole = expected_from({"answer_position": "C:C", "answer_path": answers[task.id]})
+    sheet = openpyxl.load_workbook(answers[task.id]).worksheets[0]
     assert whole.areas == [[sheet.title, f"C1:C{sheet.max_row}"]]
 
 
-def test_bad_ground_truth_is_a_clear_error(tasks: list[Task], tmp_path: Path) -> None:
-    answer = task_answer = tasks[0].ground_truth["answer_path"]
+def test_bad_ground_truth_is_a_clear_error(tasks: list[Task], answers: dict[str, str], tmp_path: Path) -> None:
+    answer = task_answer = answers[tasks[0].id]
     with pytest.raises(BookError, match="bad answer_position 'A1:'"):
         expected_from({"answer_position": "A1:", "answer_path": answer})
     with pytest.raises(ValueError, match="names sheet 'Nope', which the answer workbook"):

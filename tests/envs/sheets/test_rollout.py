@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.client import Client
 
 from envs.contract import Message, Task, TerminationReason
@@ -42,9 +43,8 @@ class UnsafeSheetsEnv(SheetsEnv):
 register(UnsafeSheetsEnv.name, UnsafeSheetsEnv)
 
 
-async def test_reference_rollout_scores_one(
-    client: Client, worker: RunningWorker, tasks: list[Task], code_runs: None
-) -> None:
+@pytest.mark.usefixtures("code_runs")
+async def test_reference_rollout_scores_one(client: Client, worker: RunningWorker, tasks: list[Task]) -> None:
     task = next(t for t in tasks if t.metadata["formula_answer"])  # scores only through recalculation
     result = await play(client, worker, ReferencePolicy(), env="sheets", task=task)
     assert result.termination == TerminationReason.FINAL_ANSWER and not result.infra_failed
@@ -67,15 +67,16 @@ def _run(code: str) -> Message:
     return Message(role="assistant", tool_calls=[call("run_python", {"code": code})])
 
 
+@pytest.mark.usefixtures("code_runs")
 async def test_sandbox_violations_are_error_observations(
-    client: Client, worker: RunningWorker, tasks: list[Task], temporal_address: str, code_runs: None
+    client: Client, worker: RunningWorker, tasks: list[Task], answers: dict[str, str], temporal_address: str
 ) -> None:
     task = tasks[2]
     coords = task.init_args["generator"]
     host, _, port = temporal_address.rpartition(":")
     attempts = {
         "network": f"import socket\nsocket.create_connection(({host!r}, {port}), timeout=3)",
-        "answer file": f"print(open({task.ground_truth['answer_path']!r}, 'rb').read())",
+        "answer file": f"print(open({answers[task.id]!r}, 'rb').read())",
         "outside path": "print(open('/etc/passwd').read())",
         "memory bomb": "blocks = []\nwhile True:\n    blocks.append(bytearray(64 * 1024 * 1024))",
         "fork bomb": "import os\nwhile True:\n    os.fork()",
@@ -108,8 +109,9 @@ async def test_sandbox_violations_are_error_observations(
     assert result.reward is not None and result.reward.total == 1.0  # the env survived it all
 
 
+@pytest.mark.usefixtures("code_runs")
 async def test_bad_inputs_give_clear_errors_and_the_worker_goes_on(
-    client: Client, worker: RunningWorker, tasks: list[Task], tmp_path: Path, code_runs: None
+    client: Client, worker: RunningWorker, tasks: list[Task], answers: dict[str, str], tmp_path: Path
 ) -> None:
     junk = tmp_path / "1_junk_input.xlsx"
     junk.write_bytes(b"PK\x03\x04 not really a workbook")
@@ -130,7 +132,7 @@ async def test_bad_inputs_give_clear_errors_and_the_worker_goes_on(
     assert result.error is not None and "bad answer_position 'Sheet1!A1:'" in result.error
 
     missing_sheet = tasks[0].model_copy(
-        update={"ground_truth": {"answer_position": "Nope!A1", "answer_path": tasks[0].ground_truth["answer_path"]}}
+        update={"ground_truth": {"answer_position": "Nope!A1", "answer_path": answers[tasks[0].id]}}
     )
     result = await play(client, worker, NullPolicy(), env="sheets", task=missing_sheet)
     assert result.termination == TerminationReason.REWARD_ERROR
