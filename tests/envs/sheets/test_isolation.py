@@ -220,3 +220,15 @@ def test_weaker_levels_need_the_explicit_opt_out(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(SANDBOX_ENV, "unsafe-rlimits")
     notice = SheetsEnv.preflight()
     assert notice is not None and "WARNING" in notice and "unsafe-rlimits" in notice
+
+
+def test_the_cli_says_so_once_at_start(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from workers.cli import _preflight
+
+    monkeypatch.setenv(BWRAP_ENV, "/nonexistent")
+    monkeypatch.delenv(SANDBOX_ENV, raising=False)
+    _preflight("sheets")
+    _preflight("math")  # runs no model code: nothing to say
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gymflow: sheets: run_python will refuse model code")
+    assert "apt-get install bubblewrap" in err
