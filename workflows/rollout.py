@@ -263,6 +263,6 @@ class RolloutWorkflow:
             tool_calls=self._env_steps().tool_calls,
             usage=self._usage,
             recoveries=self._env_steps().recoveries,
-            sandbox=self._env.handle.sandbox if self._env and self._env.handle else None,
+            sandbox=self._env.sandbox if self._env else None,
             tokens=self._tokens,
         )

@@ -95,6 +95,8 @@ class RolloutEnv:
         self.budget_hit = False
         """A call was refused because the tool budget was spent."""
         self.recoveries = 0
+        self.sandbox: str | None = None
+        """The sandbox opt-out any incarnation's env reported (`RolloutHandle.sandbox`), for the trajectory."""
         self.executed: list[tuple[ToolCall, ToolResult]] = []
         """Successful tool calls and their results, in order: what a replay re-runs and checks."""
 
@@ -124,7 +126,7 @@ class RolloutEnv:
 
     async def init(self, incarnation: int) -> RolloutHandle:
         try:
-            return await execute(
+            handle = await execute(
                 EnvActivities.init_rollout,
                 InitRolloutInput(env=self.env, rollout_id=self.rollout_id, incarnation=incarnation, task=self.task),
                 start_to_close_timeout=INIT_TIMEOUT,
@@ -140,6 +142,8 @@ class RolloutEnv:
             if error_type(exc) == errors.ENV_CONFIG:
                 raise ApplicationError(describe(exc), type=errors.INVALID_INPUT, non_retryable=True) from exc
             raise Stop(TerminationReason.ENV_ERROR, describe(exc)) from exc
+        self.sandbox = self.sandbox or handle.sandbox
+        return handle
 
     async def release(self) -> None:
         """Free the rollout's state, if it holds any; a failure is logged (the node's reaper frees it)."""

@@ -264,6 +264,6 @@ class RolloutSessionWorkflow:
             turns=self._turns,
             tool_calls=self._env.tool_calls,
             recoveries=self._env.recoveries,
-            sandbox=self._env.handle.sandbox if self._env.handle else None,
+            sandbox=self._env.sandbox,
         )
         return self._result
