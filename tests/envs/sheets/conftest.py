@@ -21,7 +21,7 @@ def skip_unless_code_runs() -> None:
     """Skip a test that runs model code (run_python) where it would be refused: no bubblewrap here."""
     isolation = choose()
     if isolation.refuse_code:
-        pytest.skip(f"run_python refuses without a sandbox that guarantees isolation ({isolation.why}): {NEEDS_BWRAP}")
+        pytest.skip(f"run_python refuses here: no sandbox level guarantees isolation: {NEEDS_BWRAP}")
 
 
 @pytest.fixture

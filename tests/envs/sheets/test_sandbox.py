@@ -33,11 +33,13 @@ from envs.sheets.sandbox import (
     detect,
     guarantees,
     is_root,
+    probe,
 )
 
 SMALL = Limits(cpu_s=2, wall_s=30.0, memory_mb=512, file_mb=2, processes=16, output_chars=2000)
 """The wall limit is generous: CI machines are shared and loaded; only the sleep test relies on it."""
 REPO = Path(__file__).resolve().parents[3]
+NEEDS_BWRAP = "needs bubblewrap: apt-get install bubblewrap"
 
 
 @pytest.fixture(params=[level.value for level in Level])
@@ -48,8 +50,9 @@ def sandbox(request: pytest.FixtureRequest) -> Sandbox:
     except SandboxUnavailable as exc:
         if os.environ.get(REQUIRE_ENV) == level:
             pytest.fail(f".ci/run installed {level} but it does not work: {exc}")
-        need = ": needs bubblewrap: apt-get install bubblewrap" if level == Level.BWRAP else ""
-        pytest.skip(f"level {level} is not available on this machine: {exc}{need}")
+        if level == Level.BWRAP:
+            pytest.skip(f"level bwrap is not available here ({probe(Level.BWRAP, own_uid=is_root())}): {NEEDS_BWRAP}")
+        pytest.skip(f"level {level} is not available on this machine: {exc}")
 
 
 @pytest.fixture
