@@ -82,3 +82,13 @@ async def test_missing_env_file_fails_the_rollout_at_once(
         assert "absent.yaml: env file not found" in str(exc.cause)
     else:
         raise AssertionError("a rollout of a missing env file must fail")
+
+
+def test_an_env_file_sets_its_workspace_quota_over_the_workers_default(tmp_path: Path) -> None:
+    path = write_env(tmp_path)
+    path.write_text(path.read_text() + "workspace_quota_mb: 7\n")
+    env = McpEnv.from_file(path, workspace_root=tmp_path / "ws", default_workspace_quota_mb=1024)
+    assert env.quota_mb == 7
+    (tmp_path / "plain").mkdir()
+    plain = write_env(tmp_path / "plain")
+    assert McpEnv.from_file(plain, workspace_root=tmp_path / "ws2", default_workspace_quota_mb=33).quota_mb == 33
