@@ -16,10 +16,13 @@ def test_eval_policy_against_baseline(temporal_address: str, tmp_path: Path) -> 
         "--n", "4", "--samples", "2", "--reps", "300", "--out", str(out_dir), "--json",
         "--address", temporal_address, "--task-queue", f"eval-{uuid.uuid4().hex[:8]}",
     ]  # fmt: skip
-    run = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
-    assert run.returncode == 0, run.stderr[-3000:]
+    # Bytes, not text: text mode's universal newlines would turn a progress bar's "\r" into "\n".
+    run = subprocess.run(command, capture_output=True, timeout=600, cwd=tmp_path, check=False)
+    stderr = run.stderr.decode()
+    assert run.returncode == 0, stderr[-3000:]
     summary = json.loads(run.stdout)
-    assert "16/16 rollouts" in run.stderr  # the progress bar
+    assert "progress: 16/16 rollouts" in stderr.splitlines()  # progress, as plain lines off a terminal
+    assert b"\r" not in run.stderr  # no bar redrawn into a log file
     assert summary["out_dir"] == str(out_dir)
     report = json.loads((out_dir / "report.json").read_text())
     assert report["policy"]["completed"] == 8 and report["policy"]["infra_failed"] == 0
