@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,6 +28,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import errors
+from envs.admission import Admission, Step
 from envs.contract import (
     BaseEnv,
     InfraError,
@@ -148,15 +149,18 @@ class EnvActivities:
         env_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
         common_env_kwargs: Mapping[str, Any] | None = None,
         payload_limit_bytes: int | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.node_id = node_id
+        self.admission = admission or Admission()
+        """The node's slots for expensive steps, shared by every env instance of this worker."""
         self.payload_limit_bytes = payload_limit_bytes
         self.node_queue = node_queue
         self.workspace_root = workspace_root
         self._env_kwargs = dict(env_kwargs or {})
         # Node-wide settings every env gets (e.g. the MCP warm pool size); BaseEnv accepts and
         # ignores what it does not use, and per-env kwargs override them.
-        self._common_env_kwargs = dict(common_env_kwargs or {})
+        self._common_env_kwargs = {"admission": self.admission, **(common_env_kwargs or {})}
         self._envs: dict[str, BaseEnv] = {}
         self._held: dict[tuple[str, str], str] = {}
         """(env, state key) -> id of the workflow whose rollout holds that state on this node."""
@@ -216,8 +220,15 @@ class EnvActivities:
         env = self.env(input.env)
         call = input.call
         try:
+            # The tool's timeout runs from admission: a queued call is not a hung one.
             raw = await _with_heartbeat(
-                asyncio.wait_for(env.run_tool(input.state_key, call.name, **call.arguments), input.timeout_s)
+                self._admitted(
+                    env,
+                    "run",
+                    lambda: asyncio.wait_for(
+                        env.run_tool(input.state_key, call.name, **call.arguments), input.timeout_s
+                    ),
+                )
             )
             result = raw if isinstance(raw, ToolResult) else ToolResult(text=str(raw))
         except RolloutNotFound as exc:
@@ -240,12 +251,16 @@ class EnvActivities:
         env = self.env(input.env)
         try:
             raw = await _with_heartbeat(
-                env.compute_reward(
-                    input.state_key,
-                    input.messages,
-                    input.task.ground_truth,
-                    task_id=input.task.id,
-                    metadata=input.task.metadata,
+                self._admitted(
+                    env,
+                    "reward",
+                    lambda: env.compute_reward(
+                        input.state_key,
+                        input.messages,
+                        input.task.ground_truth,
+                        task_id=input.task.id,
+                        metadata=input.task.metadata,
+                    ),
                 )
             )
             reward = Reward.of(raw)
@@ -260,6 +275,13 @@ class EnvActivities:
         if input.release:
             await self._release_after_reward(input.env, input.state_key)
         return reward
+
+    async def _admitted(self, env: BaseEnv, step: Step, work: Callable[[], Awaitable[T]]) -> T:
+        """`work()`, started once the node admits it when `env` is CPU-bound (at once otherwise)."""
+        if not env.cpu_bound:
+            return await work()
+        async with self.admission.slot(step):
+            return await work()
 
     async def _release_after_reward(self, name: str, key: str) -> None:
         # The reward is computed: a failing release must not lose it. Whatever a release leaves
@@ -309,6 +331,7 @@ class EnvActivities:
         """Release every rollout of every env (worker exit)."""
         self._held.clear()
         await asyncio.gather(*(env.shutdown() for env in self._envs.values()), return_exceptions=True)
+        self.admission.shutdown()
 
 
 def _log_context(env: str, **fields: str) -> None:

@@ -23,7 +23,8 @@ from temporalio.contrib.aws.s3driver import S3StorageDriverClient
 from temporalio.exceptions import ApplicationError
 
 from activities import errors
-from envs.contract import DatasetError, Task, Trajectory, Wire
+from envs.admission import Admission
+from envs.contract import BaseEnv, DatasetError, Task, Trajectory, Wire
 from envs.datagen.format import tasks_from_jsonl, to_jsonl
 
 
@@ -244,9 +245,13 @@ class LoadTasksInput(Wire):
 class StorageActivities:
     """Activities that move bulk data between workflows and storage."""
 
-    def __init__(self, *, default_uri: str, s3_endpoint_url: str | None = None) -> None:
+    def __init__(
+        self, *, default_uri: str, s3_endpoint_url: str | None = None, admission: Admission | None = None
+    ) -> None:
         self.default_uri = default_uri
         self.s3_endpoint_url = s3_endpoint_url
+        self.admission = admission
+        """The node's process pool for loading datasets (generating one is CPU-bound); None: a thread."""
 
     def store(self, destination: str | None) -> Store:
         """The store of `destination` (or the default)."""
@@ -281,13 +286,22 @@ class StorageActivities:
                 ) from exc
         try:
             cls = env_class(input.env)
-            tasks = cls.load_dataset(input.dataset, **input.options)
-            page = _page(tasks, input.offset, input.limit)
+            # Off the event loop and its GIL: a generator (sheets: openpyxl) can take seconds.
+            if self.admission is not None:
+                page = await self.admission.cpu(
+                    _load_page, cls, input.dataset, input.options, input.offset, input.limit
+                )
+            else:
+                page = await asyncio.to_thread(_load_page, cls, input.dataset, input.options, input.offset, input.limit)
         except (UnknownEnvError, ValueError, TypeError, FileNotFoundError, NotImplementedError) as exc:
             raise errors.non_retryable(
                 f"cannot load dataset {input.dataset!r} of {input.env}: {exc}", type=errors.ENV_CONFIG
             ) from exc
         return page
+
+
+def _load_page(cls: type[BaseEnv], dataset: str, options: dict[str, Any], offset: int, limit: int) -> list[Task]:
+    return _page(cls.load_dataset(dataset, **options), offset, limit)
 
 
 def _page(tasks: Any, offset: int, limit: int) -> list[Task]:

@@ -337,6 +337,10 @@ class BaseEnv(ABC):
     state exactly; lets a rollout survive the loss of its node."""
     stateless: ClassVar[bool] = False
     """True when tools keep no per-rollout state, so a lost rollout can simply be re-initialised."""
+    cpu_bound: ClassVar[bool] = False
+    """True when tool calls and rewards are CPU-heavy work on the worker's machine (sandboxed code,
+    formula recalculation): a worker then admits only as many at once as its cores can run and
+    queues the rest (envs.admission); a tool's timeout starts when it is admitted."""
 
     def __init__(self, **kwargs: Any) -> None:
         del kwargs

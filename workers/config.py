@@ -18,6 +18,7 @@ from urllib.parse import quote
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from envs.admission import Capacity
 from workflows.names import TASK_QUEUE
 
 SERVER_RECORD = "server.json"
@@ -76,6 +77,20 @@ class Settings(BaseSettings):
     """How often the worker checks the workflows of the rollouts it holds against the server and
     frees the servers and workspaces of those that closed without releasing them (terminated,
     timed out, reset); each round also reaps what dead workers on this host left behind."""
+    max_server_starts: int | None = Field(default=None, ge=1)
+    """MCP server starts (process + handshake) this node runs at once; more wait, heartbeating, and
+    their handshake timeout runs from admission (envs.admission). None: one per core."""
+    max_tool_runs: int | None = Field(default=None, ge=1)
+    """Tool calls of CPU-bound envs (`BaseEnv.cpu_bound`: sheets' sandboxed code) at once on this
+    node; a queued call's tool timeout starts when it is admitted. None: two per core."""
+    max_rewards: int | None = Field(default=None, ge=1)
+    """Rewards of CPU-bound envs (sandboxed recalculation) at once on this node. None: one per core."""
+    cpu_workers: int | None = Field(default=None, ge=1)
+    """Processes of the node's pool for CPU-bound env helpers (dataset generation, workbook
+    reading), which threads would run under the worker's GIL. None: one per core, at most 4."""
+    env_nice: int = Field(default=10, ge=0, le=19)
+    """Niceness added to the processes env work starts (MCP servers, sandboxed runs, the pool), so
+    the worker's heartbeats and workflow tasks are never starved by the work they schedule."""
     max_concurrent_activities: int = 256
     """Activity slots per worker (per queue)."""
     max_concurrent_local_activities: int = 256
@@ -112,6 +127,17 @@ class Settings(BaseSettings):
     codec_auth: SecretStr | None = None
     """If set, the codec server requires this exact `Authorization` header value
     (`temporal ... --codec-auth VALUE`)."""
+
+    def capacity(self) -> Capacity:
+        """This node's admission capacity: the machine's (cores, memory), with the settings' overrides."""
+        detected = Capacity.detect()
+        return Capacity(
+            starts=self.max_server_starts or detected.starts,
+            runs=self.max_tool_runs or detected.runs,
+            rewards=self.max_rewards or detected.rewards,
+            cpu_workers=self.cpu_workers or detected.cpu_workers,
+            window=detected.window,
+        )
 
     @property
     def results_uri(self) -> str:

@@ -30,6 +30,7 @@ from activities.report import ReportActivities
 from activities.storage import StorageActivities
 from activities.trainer_jobs import TrainerActivities
 from activities.training import TrainingActivities
+from envs.admission import Admission
 from envs.mcp.ledger import reap_orphans
 from workers.config import Settings
 from workers.dedup import DedupInterceptor
@@ -119,6 +120,9 @@ async def running_worker(
     # Without external storage a payload over Temporal's limit would fail workflow tasks forever:
     # rollouts keep their trajectories under it (workflows.budget), model replies are refused over it.
     payload_limit = None if client.data_converter.external_storage else PAYLOAD_LIMIT_BYTES
+    # One admission control per node, shared by every env and the dataset loader (envs.admission).
+    admission = Admission(settings.capacity(), nice=settings.env_nice)
+    log.info("node %s admission: %s", settings.node_id, admission.capacity)
     env_activities = EnvActivities(
         node_id=settings.node_id,
         node_queue=queue,
@@ -129,6 +133,7 @@ async def running_worker(
             "default_workspace_quota_mb": settings.workspace_quota_mb,
         },
         payload_limit_bytes=payload_limit,
+        admission=admission,
     )
     api_key = settings.model_api_key.get_secret_value() if settings.model_api_key else None
     model_activities = ModelActivities(
@@ -137,7 +142,9 @@ async def running_worker(
         api_key=api_key,
         payload_limit_bytes=payload_limit,
     )
-    storage = StorageActivities(default_uri=settings.results_uri, s3_endpoint_url=settings.s3_endpoint_url)
+    storage = StorageActivities(
+        default_uri=settings.results_uri, s3_endpoint_url=settings.s3_endpoint_url, admission=admission
+    )
     reports = ReportActivities(storage, ui_base=settings.ui_url)
     training = TrainingActivities(
         data_dir=settings.data_dir, default_storage=settings.results_uri, s3_endpoint_url=settings.s3_endpoint_url

@@ -41,7 +41,11 @@ with workflow.unsafe.imports_passed_through():
 
 T = TypeVar("T")
 
-INIT_TIMEOUT = timedelta(minutes=2)
+ADMISSION_WAIT = timedelta(minutes=10)
+"""How long an env step may wait on its node for a slot (envs.admission) before it runs: a busy
+node queues server starts, sandboxed runs and rewards instead of running them all at once. The
+waiting activity heartbeats, so a lost node is still noticed within ENV_HEARTBEAT."""
+INIT_TIMEOUT = timedelta(minutes=2) + ADMISSION_WAIT
 REWARD_TIMEOUT = timedelta(minutes=10)
 RELEASE_TIMEOUT = timedelta(seconds=30)
 ENV_HEARTBEAT = timedelta(seconds=10)
@@ -211,7 +215,7 @@ class RolloutEnv:
             ),
             task_queue=handle.node_queue,
             schedule_to_start_timeout=timedelta(seconds=self.retry.node_timeout_s),
-            start_to_close_timeout=timedelta(seconds=limits.tool_timeout_s + 30),
+            start_to_close_timeout=timedelta(seconds=limits.tool_timeout_s + 30) + ADMISSION_WAIT,
             heartbeat_timeout=ENV_HEARTBEAT,
             retry_policy=self.env_retry(),
             summary=("replay " if replay else "") + (f"{server}." if server else "") + call_summary(call),

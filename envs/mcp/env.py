@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from envs.admission import Admission
 from envs.contract import BaseEnv, InfraError, Message, Reward, RolloutNotFound, ToolResult, ToolSpec
 from envs.mcp import workspace as ws
 from envs.mcp.config import McpServerConfig, parse_servers
@@ -59,6 +60,7 @@ class McpEnv(BaseEnv):
         pool_size: int = DEFAULT_POOL_SIZE,
         workspace_quota_mb: int | None = None,
         default_workspace_quota_mb: int = ws.DEFAULT_QUOTA_MB,
+        admission: Admission | None = None,
         **kwargs: Any,
     ) -> None:
         """Args:
@@ -68,8 +70,11 @@ class McpEnv(BaseEnv):
         workspace_quota_mb: Disk quota of each rollout's workspace; default the class's
             `workspace_quota_mb`, else `default_workspace_quota_mb`.
         default_workspace_quota_mb: The worker's quota for envs that set none.
+        admission: The node's admission control, shared by every env of a worker (default: one
+            of this env's own, sized to the machine).
         """
         super().__init__(**kwargs)
+        self.admission = admission or Admission()
         self.quota_mb: int = self.resolve_quota(workspace_quota_mb, default_workspace_quota_mb)
         self.servers: dict[str, McpServerConfig] = parse_servers(servers if servers is not None else self.mcp_servers)
         parsers: dict[str, dict[str, Parser]] = {
@@ -85,6 +90,7 @@ class McpEnv(BaseEnv):
             workspace_root=self.workspace_root,
             ledger=Ledger(self.workspace_root / LEDGER_DIR),
             seed=self.workspace_seed,
+            admission=self.admission,
         )
         self.pool = WarmPool(size=pool_size, start=self._factory.start, stop=self._factory.stop)
         self._rollouts: dict[str, ServerSet] = {}

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envs.admission import Admission
 from envs.contract import ToolError, ToolResult, ToolSpec
 from envs.mcp.config import McpServerConfig
 from envs.mcp.content import Parser
@@ -83,8 +84,10 @@ class ServerSetFactory:
         workspace_root: Path,
         ledger: Ledger,
         seed: WorkspaceSeed | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.servers = dict(servers)
+        self.admission = admission or Admission()
         self.parsers = dict(parsers)
         self.workspace_root = workspace_root
         self.ledger = ledger
@@ -93,16 +96,24 @@ class ServerSetFactory:
     async def start(self) -> ServerSet:
         """Create a fresh workspace, seed it, and start every server in it (cwd = workspace).
 
+        Waits for one of the node's start slots first (`envs.admission`), so starts beyond the
+        node's capacity queue instead of sharing the cores until every handshake times out; the
+        handshake timeout runs from admission.
+
         Raises:
             InfraError: The seeding or a server failed; whatever was started is stopped again.
         """
+        async with self.admission.slot("start"):
+            return await self._start()
+
+    async def _start(self) -> ServerSet:
         entry = f"ws-{uuid.uuid4().hex[:12]}"
         workspace = self.workspace_root / entry
         self.ledger.record(entry, workspace=workspace)
         workspace.mkdir(parents=True)
         sset = ServerSet(entry=entry, workspace=workspace)
         sessions = [
-            McpSession(name, cfg, workspace=workspace, parsers=self.parsers.get(name))
+            McpSession(name, cfg, workspace=workspace, parsers=self.parsers.get(name), nice=self.admission.nice)
             for name, cfg in self.servers.items()
         ]
         sset.sessions = {s.name: s for s in sessions}

@@ -39,9 +39,16 @@ class McpSession:
     """A started MCP server plus a connected client."""
 
     def __init__(
-        self, name: str, config: McpServerConfig, *, workspace: Path, parsers: dict[str, Parser] | None = None
+        self,
+        name: str,
+        config: McpServerConfig,
+        *,
+        workspace: Path,
+        parsers: dict[str, Parser] | None = None,
+        nice: int = 0,
     ) -> None:
         self.name = name
+        self.nice = nice
         self.config = config
         self.workspace = workspace
         self.parsers = parsers or {}
@@ -119,6 +126,7 @@ class McpSession:
                 env=env,
                 cwd=Path(self.config.cwd) if self.config.cwd else self.workspace,
                 stderr_path=log,
+                nice=self.nice,
             )
             target = self.transport
         else:

@@ -45,12 +45,15 @@ class ProcessTransport:
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         stderr_path: Path | None = None,
+        nice: int = 0,
     ) -> None:
         self.command = command
         self.args = list(args)
         self.env = server_env(env)
         self.cwd = cwd
         self.stderr_path = stderr_path
+        self.nice = nice
+        """Niceness added to the server's (it runs below the worker that drives it)."""
         self.process: Process | None = None
         self.closed = asyncio.Event()
         """Set once the server's stdout closes: it exited, or can never answer again."""
@@ -77,6 +80,10 @@ class ProcessTransport:
             stderr=self._stderr if self._stderr is not None else subprocess.DEVNULL,
             start_new_session=True,
         )
+        if self.nice > 0:
+            with contextlib.suppress(OSError):  # gone already, or a platform without priorities
+                own = os.getpriority(os.PRIO_PROCESS, 0)
+                os.setpriority(os.PRIO_PROCESS, self.process.pid, min(19, own + self.nice))
         exit_stack = contextlib.AsyncExitStack()
         streams = await exit_stack.enter_async_context(self._bridge(self.process))
         self._exit = exit_stack

@@ -74,6 +74,7 @@ class SheetsEnv(McpEnv):
     name = "sheets"
     system_prompt = SYSTEM_PROMPT
     replayable = True
+    cpu_bound = True
     mcp_servers = {"sheets": {"command": "python", "args": ["-m", SERVER_MODULE]}}
 
     def __init__(
@@ -131,7 +132,8 @@ class SheetsEnv(McpEnv):
         if input_path is not None:
             if not isinstance(input_path, str) or not (generator is None or isinstance(generator, dict)):
                 raise ValueError("sheets init_args: 'input_path' must be a string and 'generator' an object")
-            data = await asyncio.to_thread(input_bytes, input_path=input_path, generator=generator)
+            # Generating a missing workbook is openpyxl work: in the node's process pool, off the GIL.
+            data = await self.admission.cpu(input_bytes, input_path=input_path, generator=generator)
             rollout_args["files"] = {**(rollout_args.get("files") or {}), INPUT_NAME: data}
         await super().init_rollout(rollout_id, **rollout_args)
 
@@ -141,9 +143,15 @@ class SheetsEnv(McpEnv):
         """Compare output.xlsx's answer cells (recalculated, in the sandbox) with the expected ones."""
         del completion, kwargs
         workspace = self.workspace(rollout_id)
-        expected = await asyncio.to_thread(expected_from, ground_truth)
+        expected = await self.admission.cpu(expected_from, ground_truth)  # may read the answer workbook
+        # The extraction runs in a sandboxed subprocess; the thread only waits for it.
         extracted = await asyncio.to_thread(
-            extract_output, workspace, expected.areas, level=self.sandbox_level, own_uid=self.own_uid
+            extract_output,
+            workspace,
+            expected.areas,
+            level=self.sandbox_level,
+            own_uid=self.own_uid,
+            nice=self.admission.nice,
         )
         return score(expected, extracted, partial_weight=self.partial_weight)
 

@@ -82,11 +82,17 @@ def expected_from(ground_truth: Any) -> Expected:
 
 
 def extract_output(
-    workspace: Path, areas: list[list[str]], *, level: Level | str | None = None, own_uid: bool | None = None
+    workspace: Path,
+    areas: list[list[str]],
+    *,
+    level: Level | str | None = None,
+    own_uid: bool | None = None,
+    nice: int = 0,
 ) -> dict[str, Any]:
     """Run the extraction of `areas` from the workspace's output workbook in the sandbox.
 
-    It runs as the uid that owns the workspace (the rollout's sandbox uid) when there is one.
+    It runs as the uid that owns the workspace (the rollout's sandbox uid) when there is one, at
+    `nice` below the caller.
 
     Returns:
         `book.extract`'s result, or ``{"error": reason}``.
@@ -94,7 +100,8 @@ def extract_output(
     if not (workspace / OUTPUT_NAME).is_file():
         return {"error": f"no {OUTPUT_NAME} in the workspace: the model did not save its result"}
     owner = os.stat(workspace).st_uid
-    sandbox = Sandbox(level=level, own_uid=own_uid, limits=REWARD_LIMITS, uid=owner if owner >= UID_BASE else None)
+    uid = owner if owner >= UID_BASE else None
+    sandbox = Sandbox(level=level, own_uid=own_uid, limits=REWARD_LIMITS, uid=uid, nice=nice)
     run = sandbox.run(book.program("extract", path=OUTPUT_NAME, areas=areas), workspace=workspace)
     result = book.parse_result(run.stdout)
     if result is None:

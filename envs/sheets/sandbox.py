@@ -48,6 +48,7 @@ Design decisions:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import itertools
@@ -247,6 +248,7 @@ class Sandbox:
         own_uid: bool | None = None,
         limits: Limits | None = None,
         uid: int | None = None,
+        nice: int = 0,
     ):
         """Args:
         level: A level name, or None for the strongest available.
@@ -254,7 +256,9 @@ class Sandbox:
             nothing is probed (a server trusts the mode its worker detected).
         limits: Default limits of each run.
         uid: The sandbox uid when dropping; default a fresh one.
+        nice: Niceness added to each run's process (a worker's own runs go below the worker).
         """
+        self.nice = nice
         if level is not None and own_uid is not None:
             self.level, drop = Level(level), own_uid and is_root()
         else:
@@ -298,6 +302,10 @@ class Sandbox:
             proc = subprocess.Popen(
                 command, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=cwd, env=env, start_new_session=True
             )
+            if self.nice > 0:
+                with contextlib.suppress(OSError):  # gone already
+                    own = os.getpriority(os.PRIO_PROCESS, 0)
+                    os.setpriority(os.PRIO_PROCESS, proc.pid, min(19, own + self.nice))
             threading.Thread(target=confine.feed, args=(proc, code.encode()), daemon=True).start()
             timed_out, over_quota, cpu_s = confine.wait(proc, lim.wall_s, over=over)
             if self.uid is not None:
