@@ -40,7 +40,7 @@ from typing import Any, Literal, TypeVar, cast
 T = TypeVar("T")
 Step = Literal["start", "run", "reward"]
 
-DEFAULT_NICE = 10
+DEFAULT_NICE = 5
 """Niceness added to env processes (servers, sandboxed runs): below the worker, never starved."""
 ROLLOUT_MEMORY_MB = 192
 """Memory one in-flight rollout may hold (an MCP server process and its workspace), for the window."""

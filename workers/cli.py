@@ -207,7 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="", help="model name sent to the endpoint")
     p.add_argument("--tool-format", choices=["native", "hermes"], default="native")
-    p.add_argument("--window", type=int, default=64, help="rollouts in flight per batch")
+    p.add_argument(
+        "--window",
+        type=int,
+        help="rollouts in flight per batch (default: 16 per core of this machine, as memory allows)",
+    )
     p.add_argument("--max-turns", type=int, default=10)
     p.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
     p.add_argument("--out", type=Path, help="report directory (default: <data dir>/evals/<batch id>)")

@@ -18,7 +18,7 @@ from urllib.parse import quote
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from envs.admission import Capacity
+from envs.admission import Capacity, usable_cpus
 from workflows.names import TASK_QUEUE
 
 SERVER_RECORD = "server.json"
@@ -88,7 +88,7 @@ class Settings(BaseSettings):
     cpu_workers: int | None = Field(default=None, ge=1)
     """Processes of the node's pool for CPU-bound env helpers (dataset generation, workbook
     reading), which threads would run under the worker's GIL. None: one per core, at most 4."""
-    env_nice: int = Field(default=10, ge=0, le=19)
+    env_nice: int = Field(default=5, ge=0, le=19)
     """Niceness added to the processes env work starts (MCP servers, sandboxed runs, the pool), so
     the worker's heartbeats and workflow tasks are never starved by the work they schedule."""
     max_concurrent_activities: int = 256
@@ -96,10 +96,13 @@ class Settings(BaseSettings):
     max_concurrent_local_activities: int = 256
     """Local activity slots per worker: model turns run as local activities in the worker that
     runs the rollout's workflow."""
-    max_concurrent_workflow_tasks: int = 256
-    """Workflow task slots per worker. A workflow task stays open while a local-activity model turn
-    (`ModelConfig.local_activity`) runs, so this also bounds how many of this worker's rollouts can
-    be generating that way at once."""
+    max_concurrent_workflow_tasks: int | None = Field(default=None, ge=1)
+    """Workflow task slots per worker. None: 8 per core. Workflow activations share the worker's
+    GIL: with hundreds at once each takes seconds of wall time (the SDK fails one that runs over
+    2 s as a deadlock, and a large history replayed after that can keep failing), while the tasks
+    beyond the slots wait on the server, where they cost nothing. A workflow task stays open while
+    a local-activity model turn (`ModelConfig.local_activity`) runs, so this also bounds how many
+    of this worker's rollouts can be generating that way at once: raise it for local turns."""
     workflow_threads: int | None = None
     """Threads that run workflow activations (None: one per workflow task slot, the SDK default)."""
     max_cached_workflows: int = 1000
@@ -138,6 +141,11 @@ class Settings(BaseSettings):
             cpu_workers=self.cpu_workers or detected.cpu_workers,
             window=detected.window,
         )
+
+    @property
+    def workflow_task_slots(self) -> int:
+        """`max_concurrent_workflow_tasks`, or the default for this machine's cores."""
+        return self.max_concurrent_workflow_tasks or 8 * usable_cpus()
 
     @property
     def results_uri(self) -> str:

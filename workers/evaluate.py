@@ -23,6 +23,7 @@ from temporalio.common import TypedSearchAttributes
 
 from activities.model import ModelConfig
 from activities.storage import read_trajectories
+from envs.admission import Capacity
 from envs.report import BatchRef
 from workers.config import Settings
 from workers.progress import Progress, Reading, follow
@@ -48,7 +49,8 @@ class EvalOptions:
     seed: int = 0
     model: str = ""
     tool_format: str = "native"
-    window: int = 64
+    window: int | None = None
+    """Rollouts in flight per batch; None: what this machine holds (`Capacity.window`)."""
     max_turns: int = 10
     out: Path | None = None
     local_worker: bool = True
@@ -74,7 +76,7 @@ async def _start(
             model=ModelConfig(base_url=url, model=model, tool_format=options.tool_format),
             limits=RolloutLimits(max_turns=options.max_turns),
         ),
-        window=options.window,
+        window=options.window or Capacity.detect().window,
         label=policy,
     )
     workflow_id = f"eval-{options.env}-{label}-{uuid.uuid4().hex[:8]}"

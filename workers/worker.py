@@ -85,7 +85,7 @@ def worker_tuning(settings: Settings, *, workflows: bool) -> dict[str, Any]:
         threads = settings.workflow_threads
         options |= {
             "workflow_runner": WORKFLOW_RUNNER,
-            "max_concurrent_workflow_tasks": settings.max_concurrent_workflow_tasks,
+            "max_concurrent_workflow_tasks": settings.workflow_task_slots,
             "max_concurrent_local_activities": settings.max_concurrent_local_activities,
             "max_cached_workflows": settings.max_cached_workflows,
             "workflow_task_poller_behavior": PollerBehaviorSimpleMaximum(settings.workflow_task_pollers),
