@@ -24,8 +24,9 @@ from temporalio.exceptions import ApplicationError
 
 from activities import errors
 from envs.admission import Admission
-from envs.contract import BaseEnv, DatasetError, Task, Trajectory, Wire
+from envs.contract import DatasetError, Task, Trajectory, Wire
 from envs.datagen.format import tasks_from_jsonl, to_jsonl
+from envs.registry import dataset_page, page_of
 
 
 class StorageError(RuntimeError):
@@ -279,7 +280,7 @@ class StorageActivities:
         if is_object_uri(input.dataset):  # a training run's uploaded split: Task JSONL in storage
             try:
                 data = await open_store(base_of(input.dataset), s3_endpoint_url=self.s3_endpoint_url).get(input.dataset)
-                return _page(tasks_from_jsonl(data, source=input.dataset), input.offset, input.limit)
+                return page_of(tasks_from_jsonl(data, source=input.dataset), input.offset, input.limit)
             except (StorageError, DatasetError) as exc:
                 raise errors.non_retryable(
                     f"cannot load dataset {input.dataset!r}: {exc}", type=errors.ENV_CONFIG
@@ -289,31 +290,17 @@ class StorageActivities:
             # Off the event loop and its GIL: a generator (sheets: openpyxl) can take seconds.
             if self.admission is not None:
                 page = await self.admission.cpu(
-                    _load_page, cls, input.dataset, input.options, input.offset, input.limit
+                    dataset_page, cls, input.dataset, input.options, input.offset, input.limit
                 )
             else:
-                page = await asyncio.to_thread(_load_page, cls, input.dataset, input.options, input.offset, input.limit)
+                page = await asyncio.to_thread(
+                    dataset_page, cls, input.dataset, input.options, input.offset, input.limit
+                )
         except (UnknownEnvError, ValueError, TypeError, FileNotFoundError, NotImplementedError) as exc:
             raise errors.non_retryable(
                 f"cannot load dataset {input.dataset!r} of {input.env}: {exc}", type=errors.ENV_CONFIG
             ) from exc
         return page
-
-
-def _load_page(cls: type[BaseEnv], dataset: str, options: dict[str, Any], offset: int, limit: int) -> list[Task]:
-    return _page(cls.load_dataset(dataset, **options), offset, limit)
-
-
-def _page(tasks: Any, offset: int, limit: int) -> list[Task]:
-    if isinstance(tasks, list | tuple):
-        return list(tasks[offset : offset + limit])
-    out: list[Task] = []
-    for index, task in enumerate(tasks):
-        if index >= offset + limit:
-            break
-        if index >= offset:
-            out.append(task)
-    return out
 
 
 async def read_trajectories(uris: Sequence[str], *, s3_endpoint_url: str | None = None) -> list[Trajectory]:

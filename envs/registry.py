@@ -15,10 +15,12 @@ from __future__ import annotations
 import hashlib
 import importlib
 import re
+from collections.abc import Iterable
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
-from envs.contract import BaseEnv
+from envs.contract import BaseEnv, Task
 
 ENTRY_POINT_GROUP = "gymflow.envs"
 
@@ -100,3 +102,24 @@ def env_class(name: str) -> type[BaseEnv]:
     if not (isinstance(cls, type) and issubclass(cls, BaseEnv)):
         raise TypeError(f"{target} is not a BaseEnv subclass")
     return cls
+
+
+def dataset_page(cls: type[BaseEnv], dataset: str, options: dict[str, Any], offset: int, limit: int) -> list[Task]:
+    """Tasks `offset`..`offset + limit - 1` of `cls.load_dataset(dataset, **options)`.
+
+    Module-level and light to import, so a worker can run it in its process pool (envs.admission).
+    """
+    return page_of(cls.load_dataset(dataset, **options), offset, limit)
+
+
+def page_of(tasks: Iterable[Task], offset: int, limit: int) -> list[Task]:
+    """One page of a task list or iterable (an iterable is read no further than the page)."""
+    if isinstance(tasks, list | tuple):
+        return list(tasks[offset : offset + limit])
+    out: list[Task] = []
+    for index, task in enumerate(tasks):
+        if index >= offset + limit:
+            break
+        if index >= offset:
+            out.append(task)
+    return out
