@@ -66,10 +66,10 @@ def run_eval(address: str, data_dir: Path, *, n: int, window: int | None, timeou
         raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr[-3000:]}")
     try:
         json.loads(done.stdout)
-        pure = True
+        stray = ""
     except json.JSONDecodeError:
-        pure = False
-    return {"summary": last_json(done.stdout), "wall_s": round(wall, 2), "stdout_pure_json": pure}
+        stray = done.stdout[: done.stdout.rfind("\n{")][:500]  # what came before the document
+    return {"summary": last_json(done.stdout), "wall_s": round(wall, 2), "stdout_pure_json": not stray, "stray": stray}
 
 
 async def batch_span(address: str, batch_id: str) -> float:
@@ -104,6 +104,7 @@ async def measure(address: str, data_dir: Path, *, n: int, window: int | None, t
         "batch_s": round(span, 2),
         "rollouts_per_s": round(policy["rollouts"] / span, 3) if math.isfinite(span) and span > 0 else None,
         "stdout_pure_json": ran["stdout_pure_json"],
+        **({"stdout_before_json": ran["stray"]} if ran["stray"] else {}),
         **{k: health[k] for k in COUNTS},
         "max_workflow_task_s": health["max_workflow_task_s"],
         "activity_timeouts_by_type": health["activity_timeouts_by_type"],

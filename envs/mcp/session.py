@@ -194,7 +194,7 @@ class McpSession:
             self.kill()
             if self.transport is not None or self.http_process is not None:  # a process of ours
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._ended.wait(), _KILL_CONFIRM_S)
+                    await asyncio.wait_for(self._gone(), _KILL_CONFIRM_S)
             return ToolResult(
                 text=f"tool {tool!r} timed out after {timeout:g}s and its server was stopped", is_error=True
             )
@@ -213,6 +213,15 @@ class McpSession:
         rendered = render_result(result, workspace=self.workspace, max_inline_bytes=self.config.max_inline_media_bytes)
         parser = self.parsers.get(tool)
         return rendered if parser is None else await apply_parser(parser, rendered)
+
+    async def _gone(self) -> None:
+        """Return once a killed server has exited: its stdout closed, then its exit status reaped (a
+        killed process closes its files before it has finished exiting, which on a busy machine can
+        take a while)."""
+        await self._ended.wait()
+        process = self.transport.process if self.transport is not None else None
+        if process is not None:
+            await process.wait()
 
     def kill(self) -> None:
         """Kill the server process now; the session becomes dead."""

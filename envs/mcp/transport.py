@@ -167,8 +167,15 @@ def server_env(extra: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def kill_group(process: Process) -> None:
-    """SIGKILL a server's whole process group (it runs in its own session), if still running."""
+    """SIGKILL a server's whole process group (it runs in its own session), if still running.
+
+    A group that runs below the worker's priority (`nice`) first gets the worker's back where the
+    worker may raise it: a killed process tears itself down on its own CPU time, which a busy
+    machine gives a niced process last.
+    """
     if process.returncode is None:
+        with contextlib.suppress(OSError):  # not allowed (no CAP_SYS_NICE), or gone already
+            os.setpriority(os.PRIO_PGRP, process.pid, os.getpriority(os.PRIO_PROCESS, 0))
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
 

@@ -10,13 +10,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from mcp_support import wait_until
 from temporalio.testing import ActivityEnvironment
 
 from activities.env import CallToolInput, EnvActivities
 from envs.admission import Admission, Capacity
 from envs.contract import BaseEnv, Message, ToolCall, ToolResult, ToolSpec
 from envs.registry import register
-from tests.mcp_support import wait_until
 
 
 def test_capacity_follows_cores_and_memory() -> None:

@@ -15,12 +15,12 @@ import sys
 import uuid
 from pathlib import Path
 
+import figures
 import pytest
 from temporalio.client import Client
 
 from bench.health import batch_health
 from bench.load import last_json
-from tests import figures
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
