@@ -31,6 +31,8 @@ import contextlib
 import multiprocessing
 import os
 import pickle
+import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -161,7 +163,10 @@ class Admission:
             # spawn, not fork: the worker has threads (the SDK's core), which fork would copy mid-lock.
             context = multiprocessing.get_context("spawn")
             self._pool = ProcessPoolExecutor(
-                self.capacity.cpu_workers, mp_context=context, initializer=_lower_priority, initargs=(self.nice,)
+                self.capacity.cpu_workers,
+                mp_context=context,
+                initializer=_init_worker,
+                initargs=(self.nice, os.getpid()),
             )
         outcome = await asyncio.get_running_loop().run_in_executor(self._pool, _call, blob)
         if isinstance(outcome, _Unloadable):
@@ -187,6 +192,14 @@ def _call(blob: bytes) -> Any:
     return fn(*args, **kwargs)
 
 
-def _lower_priority(nice: int) -> None:
+def _init_worker(nice: int, parent: int) -> None:
     with contextlib.suppress(OSError):
         os.nice(nice)
+    # A worker killed outright (SIGKILL, OOM) never shuts its pool down: its processes leave with it.
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True, name="gymflow-pool-parent").start()
+
+
+def _exit_with(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -130,3 +131,33 @@ async def test_envs_that_are_not_cpu_bound_are_never_queued(tmp_path: Path) -> N
     await wait_until(lambda: len(env.started) == 2, what="both calls running")
     env.gate.set()
     assert [(await c).text for c in calls] == ["done a", "done b"]
+
+
+POOL_ORPHAN = """
+import asyncio, os
+from envs.admission import Admission, Capacity
+
+async def main():
+    admission = Admission(Capacity(starts=1, runs=1, rewards=1, cpu_workers=1, window=4))
+    print(await admission.cpu(os.getpid), flush=True)
+    os._exit(0)  # killed outright: no shutdown of the pool
+
+asyncio.run(main())
+"""
+
+
+async def test_pool_processes_leave_with_a_worker_killed_outright() -> None:
+    root = Path(__file__).resolve().parents[2]
+    run = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", POOL_ORPHAN, cwd=root, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await run.communicate()
+    pool_pid = int(out.decode().split()[-1])
+    await wait_until(lambda: not Path(f"/proc/{pool_pid}").exists() or _zombie(pool_pid), what="the pool to exit")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
