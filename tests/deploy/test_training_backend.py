@@ -33,7 +33,7 @@ def test_concurrent_launches_of_a_job_start_one_process(tmp_path: Path) -> None:
     records = {r["pid"] for r, _ in results}
     assert len(records) == 1 and sum(not reused for _, reused in results) == 1
     record = results[0][0]
-    wait_for(marker.is_file)
+    wait_for(lambda: marker.is_file() and marker.read_text() != "")  # created, then written: two steps
     assert jobs.status(record).state == "running"
     assert jobs.stop(record, grace_s=5) and jobs.status(record).state == "failed"
     assert marker.read_text() == "x"
