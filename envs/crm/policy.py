@@ -14,13 +14,11 @@ reply and no ``<answer>`` (reward 0), never an exception.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from envs.contract import Message, Reward, Task, ToolCall, ToolSpec
+from envs.contract import Message, ToolCall, ToolSpec
 from envs.crm.tasks import parse_task_id, task_spec
-from envs.mcp.env import McpEnv
 from envs.policy import Policy
 
 
@@ -68,28 +66,3 @@ class ReferencePolicy(Policy):
             return _reply(f"<answer>{spec.answer(results)}</answer>")
         except (LookupError, KeyError, IndexError, TypeError, ValueError, StopIteration) as exc:
             return _reply(f"The data did not contain what I expected ({type(exc).__name__}), so I cannot answer.")
-
-
-async def play(env: McpEnv, policy: Policy, task: Task, *, max_turns: int = 8) -> tuple[list[Message], Reward]:
-    """One rollout of `policy` on `task` against `env`'s real MCP server, without Temporal."""
-    rollout_id = f"play-{task.id}-{uuid.uuid4().hex[:6]}"
-    await env.init_rollout(rollout_id, **task.init_args)
-    try:
-        tools = await env.list_tools()
-        messages = [Message(role="system", content=await env.get_system_prompt(task)), *task.opening_messages()]
-        for _ in range(max_turns):
-            reply = policy.respond(messages, tools)
-            messages.append(reply)
-            if not reply.tool_calls:
-                break
-            for call in reply.tool_calls:
-                result = await env.run_tool(rollout_id, call.name, **call.arguments)
-                messages.append(
-                    Message(
-                        role="tool", content=result.text, tool_call_id=call.id, name=call.name, is_error=result.is_error
-                    )
-                )
-        reward = Reward.of(await env.compute_reward(rollout_id, messages[1:], task.ground_truth))
-    finally:
-        await env.release_rollout(rollout_id)
-    return messages, reward

@@ -12,10 +12,11 @@ from mcp import Client
 from envs.contract import Message, Reward, Task, ToolSpec
 from envs.crm import db, tasks
 from envs.crm.env import CrmEnv
-from envs.crm.policy import ReferencePolicy, play
+from envs.crm.policy import ReferencePolicy
 from envs.crm.readonly import Database
 from envs.crm.rewards import crm_reward
 from envs.crm.servers import crm
+from envs.mcp.play import play
 from envs.policy import NullPolicy, Policy
 
 

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from envs.contract import Task, ToolResult
+from envs.mcp.play import play, play_tasks
 from envs.policy import NullPolicy
 from envs.registry import env_class
 from envs.sheets.env import SheetsEnv
-from envs.sheets.policy import ReferencePolicy, play, play_tasks
+from envs.sheets.policy import ReferencePolicy
 from envs.sheets.sandbox import Guarantee
 
 

@@ -15,10 +15,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -66,30 +64,6 @@ interfaces = [n for _, n in socket.if_nameindex() if n != "lo"]
 out["interfaces"] = "READ " + ",".join(interfaces) if interfaces else "refused only lo"
 print("RESULT " + json.dumps(out))
 """
-
-
-@pytest.fixture
-def listener() -> Iterator[int]:
-    """A TCP server on the host's loopback that accepts connections."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                server.accept()[0].close()
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join()
-    server.close()
 
 
 @pytest.fixture

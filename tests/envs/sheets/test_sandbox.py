@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -104,30 +101,6 @@ def test_runs_python_with_openpyxl_in_the_workspace(sandbox: Sandbox, workspace:
     assert result.stdout.strip() == "hello ['x']"
     assert (workspace / "made.xlsx").is_file()
     assert result.problem() is None
-
-
-@pytest.fixture
-def listener() -> Iterator[int]:
-    """A TCP server on the host's loopback that accepts connections."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                server.accept()[0].close()
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join()
-    server.close()
 
 
 def test_network(sandbox: Sandbox, workspace: Path, listener: int) -> None:
