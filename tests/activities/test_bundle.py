@@ -6,12 +6,10 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 from temporalio.testing import ActivityEnvironment
 
 from activities.bundle import build_bundle, pinned_requirements, read_splits, sha256
@@ -73,15 +71,6 @@ async def test_a_dataset_directory_from_the_dataset_workflow(tmp_path: Path) -> 
     (tmp_path / "bad" / "train.jsonl").unlink()
     with pytest.raises(DatasetError, match=r"no train\.jsonl"):
         await read_splits(DatasetConfig(uri=str(tmp_path / "bad")), "math")
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 async def test_an_s3_dataset_prefix_and_its_uploaded_split(

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
@@ -39,25 +37,6 @@ def trajectory(i: int) -> Trajectory:
     )
 
 
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, value)
-
-
 async def test_local_write_and_read_back(tmp_path: Path) -> None:
     activities = StorageActivities(default_uri=(tmp_path / "results").as_uri())
     items = [trajectory(i) for i in range(3)]
@@ -68,7 +47,7 @@ async def test_local_write_and_read_back(tmp_path: Path) -> None:
     assert await read_trajectories([uri]) == items
 
 
-async def test_s3_write_and_read_back(s3_endpoint: str, aws_env: None) -> None:
+async def test_s3_write_and_read_back(s3_endpoint: str, aws: None) -> None:
     boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket="gymflow-results")
     activities = StorageActivities(default_uri="s3://gymflow-results/evals", s3_endpoint_url=s3_endpoint)
     items = [trajectory(i) for i in range(5)]
@@ -79,7 +58,7 @@ async def test_s3_write_and_read_back(s3_endpoint: str, aws_env: None) -> None:
     assert await read_trajectories([uri], s3_endpoint_url=s3_endpoint) == items
 
 
-async def test_s3_missing_bucket_is_a_retryable_storage_error(s3_endpoint: str, aws_env: None) -> None:
+async def test_s3_missing_bucket_is_a_retryable_storage_error(s3_endpoint: str, aws: None) -> None:
     activities = StorageActivities(default_uri="s3://no-such-bucket", s3_endpoint_url=s3_endpoint)
     with pytest.raises(ApplicationError) as info:
         await ActivityEnvironment().run(activities.write_jsonl, WriteJsonlInput(key="k.jsonl", trajectories=[]))

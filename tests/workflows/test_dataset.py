@@ -7,13 +7,11 @@ import json
 import os
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import datasets
 import pytest
-from moto.server import ThreadedMotoServer
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
@@ -194,15 +192,6 @@ async def test_env_generator_source(client: Client, worker: RunningWorker, tmp_p
     split_rows = rows(out)
     ids = [t.id for r in split_rows.values() for t in r]
     assert len(ids) == len(set(ids)) == 30 and all(t.ground_truth is not None for t in split_rows["train"])
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 async def test_s3_corpus_to_s3_dataset(

@@ -12,7 +12,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,6 @@ import boto3
 import figures
 import pytest
 from mcp_support import ROOT, wait_until
-from moto.server import ThreadedMotoServer
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
@@ -74,22 +73,6 @@ async def start(client: Client, worker: RunningWorker, run: RunConfig, **fields:
 
 def run_id() -> str:
     return f"run-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1"}.items():  # fmt: skip
-        monkeypatch.setenv(key, value)
 
 
 @pytest.fixture
