@@ -221,7 +221,9 @@ class CalculatorPolicy(Policy):
         return Message(role="assistant", tool_calls=calls)
 
 
-async def play(policy: Policy, task: Task, client: Client, *, max_turns: int = 32) -> list[Message]:
+async def play(
+    policy: Policy, task: Task, client: Client, *, max_turns: int = 32, system: str | None = None
+) -> list[Message]:
     """Run one rollout of `policy` on `task` against an MCP client's tools.
 
     Args:
@@ -229,13 +231,15 @@ async def play(policy: Policy, task: Task, client: Client, *, max_turns: int = 3
         task: The task; its opening messages start the conversation.
         client: A connected MCP client (e.g. ``Client(calculator.server)``).
         max_turns: Assistant turns before giving up.
+        system: A system prompt to open the conversation with (none by default).
 
     Returns:
         The whole conversation, ending with the policy's last message.
     """
     listed = await client.list_tools()
     tools = [ToolSpec(name=t.name, description=t.description or "", input_schema=t.input_schema) for t in listed.tools]
-    messages = task.opening_messages()
+    messages = [Message(role="system", content=system)] if system is not None else []
+    messages += task.opening_messages()
     for _ in range(max_turns):
         reply = policy.respond(messages, tools)
         messages.append(reply)

@@ -16,6 +16,7 @@ from envs.crm.policy import ReferencePolicy
 from envs.crm.readonly import Database
 from envs.crm.rewards import crm_reward
 from envs.crm.servers import crm
+from envs.math.policy import play as play_mcp_client
 from envs.mcp.play import play
 from envs.policy import NullPolicy, Policy
 
@@ -52,18 +53,7 @@ def test_reference_policy_gives_up_cleanly() -> None:
 
 async def _play_in_memory(policy: Policy, task: Task, client: Client) -> Reward:
     """One rollout against the in-memory server (the tools and SQL of the real one, no process)."""
-    listed = (await client.list_tools()).tools
-    tools = [ToolSpec(name=t.name, description=t.description or "", input_schema=t.input_schema) for t in listed]
-    messages = [Message(role="system", content=CrmEnv.system_prompt), *task.opening_messages()]
-    for _ in range(8):
-        reply = policy.respond(messages, tools)
-        messages.append(reply)
-        if not reply.tool_calls:
-            break
-        for call in reply.tool_calls:
-            result = await client.call_tool(call.name, call.arguments)
-            text = "".join(getattr(block, "text", "") for block in result.content)
-            messages.append(Message(role="tool", content=text, tool_call_id=call.id, is_error=result.is_error))
+    messages = await play_mcp_client(policy, task, client, max_turns=8, system=CrmEnv.system_prompt)
     return crm_reward(messages[1:], task.ground_truth)
 
 

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from envs.contract import DatasetError, Message, Task, ToolSpec
+from envs.contract import DatasetError, Message, Task
 from envs.datagen.corpus import Document, chunk_document, decode_document
 from envs.datagen.filters import MinHashDedup
 from envs.datagen.generate import Candidate, offline_draft
-from envs.policy import NullPolicy, Policy
+from envs.math.policy import play
+from envs.policy import NullPolicy
 from envs.search.data import validate_task
 from envs.search.env import SearchEnv
 from envs.search.policy import RetrievePolicy
@@ -97,24 +98,6 @@ async def check_tools(client: Client) -> None:
     assert (await client.call_tool("search", {"query": "zzzqqq"})).structured_content["hits"] == []
 
 
-async def play(policy: Policy, task: Task, client: Client) -> list[Message]:
-    listed = await client.list_tools()
-    tools = [ToolSpec(name=t.name, description=t.description or "", input_schema=t.input_schema) for t in listed.tools]
-    messages = task.opening_messages()
-    for _ in range(6):
-        reply = policy.respond(messages, tools)
-        messages.append(reply)
-        if not reply.tool_calls:
-            break
-        for call in reply.tool_calls:
-            result = await client.call_tool(call.name, call.arguments)
-            text = "".join(getattr(block, "text", "") for block in result.content)
-            messages.append(
-                Message(role="tool", content=text, tool_call_id=call.id, name=call.name, is_error=result.is_error)
-            )
-    return messages
-
-
 def sample_tasks(n: int) -> list[Task]:
     """Offline questions straight from the generator (no workflow): single-hop and bridges."""
     docs = {}
@@ -149,7 +132,9 @@ async def test_retrieve_policy_scores_well_above_null(corpus_file: Path) -> None
     scores = {}
     async with connected(corpus_file) as client:
         for policy in (RetrievePolicy(), NullPolicy()):
-            rewards = [search_reward(await play(policy, task, client), task.ground_truth).total for task in tasks]
+            rewards = [
+                search_reward(await play(policy, task, client, max_turns=6), task.ground_truth).total for task in tasks
+            ]
             scores[policy.name] = sum(rewards) / len(rewards)
     assert scores["null"] == 0.0
     assert scores["retrieve"] >= 0.4, scores
