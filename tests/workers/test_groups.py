@@ -21,16 +21,21 @@ from workflows.schema import RetrySettings, RolloutOptions
 
 
 class CountingPolicy(CalculatorPolicy):
-    """The calculator policy, counting the completions it serves; every `fail_every`-th one raises (a 500)."""
+    """The calculator policy, counting the completions it serves. With `fail_every`, the first turn of
+    every `fail_every`-th rollout raises (a 500): exactly that many rollouts fail, whatever the
+    interleaving of the others' turns."""
 
     def __init__(self, fail_every: int = 0) -> None:
         self.calls = 0
+        self.first_turns = 0
         self.fail_every = fail_every
 
     def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
         self.calls += 1
-        if self.fail_every and self.calls % self.fail_every == 0:
-            raise RuntimeError("the model server fell over")
+        if self.fail_every and not any(m.role == "assistant" for m in messages):
+            self.first_turns += 1
+            if self.first_turns % self.fail_every == 0:
+                raise RuntimeError("the model server fell over")
         return super().respond(messages, tools)
 
 
@@ -70,7 +75,7 @@ async def test_infra_failed_samples_are_flagged_not_scored(client: Client, worke
         groups = [g async for g in sdk.rollout_groups(generate_tasks(2, seed=1), n=4, options=options)]
     samples = [(t, r, a) for g in groups for t, r, a in zip(g.trajectories, g.rewards, g.advantages, strict=True)]
     failed = [(t, r, a) for t, r, a in samples if t.infra_failed]
-    assert failed and len(failed) < len(samples)
+    assert len(failed) == len(samples) // 3  # 8 rollouts: the 3rd and 6th failed
     assert all(r is None and a is None and t.reward is None for t, r, a in failed)
     assert all(r == 1.0 and a is not None for t, r, a in samples if not t.infra_failed)
 
