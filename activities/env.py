@@ -69,6 +69,8 @@ class RolloutHandle(Wire):
     system_prompt: str
     replayable: bool = False
     stateless: bool = False
+    fused_turns: bool = False
+    """The env asks for fused turns (BaseEnv.fused_turns, activities.turn)."""
     rubric: Rubric | None = None
     """The env's judge rubric for this task, if it has one."""
     payload_limit_bytes: int | None = None
@@ -207,6 +209,7 @@ class EnvActivities:
             system_prompt=system_prompt,
             replayable=env.replayable,
             stateless=env.stateless,
+            fused_turns=env.fused_turns,
             rubric=rubric,
             payload_limit_bytes=self.payload_limit_bytes,
             opening_messages=filled if filled != opening else None,

@@ -55,6 +55,7 @@ class BenchEnv(BaseEnv):
     name = ENV_NAME
     system_prompt = "Call the step tool as asked, then answer with <answer>N</answer>."
     stateless = True
+    fused_turns = True  # tool calls may re-run: one activity per turn (activities.turn)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -337,10 +337,19 @@ class BaseEnv(ABC):
     state exactly; lets a rollout survive the loss of its node."""
     stateless: ClassVar[bool] = False
     """True when tools keep no per-rollout state, so a lost rollout can simply be re-initialised."""
+    fused_turns: ClassVar[bool] = False
+    """True: a turn's tool calls (and a final answer's reward) run in the model turn's activity on
+    the rollout's node, one activity per turn instead of one per model turn and per tool call
+    (activities.turn). A retry then re-runs the whole turn, so only stateless envs may set it."""
     cpu_bound: ClassVar[bool] = False
     """True when tool calls and rewards are CPU-heavy work on the worker's machine (sandboxed code,
     formula recalculation): a worker then admits only as many at once as its cores can run and
     queues the rest (envs.admission); a tool's timeout starts when it is admitted."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.fused_turns and not cls.stateless:
+            raise TypeError(f"{cls.__name__}: fused_turns re-runs tool calls on retries: stateless envs only")
 
     def __init__(self, **kwargs: Any) -> None:
         del kwargs

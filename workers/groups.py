@@ -126,7 +126,14 @@ async def rollout_groups(
             if workflow_id in skip:
                 continue
             rollout = RolloutInput(
-                env=env, task=task, model=config, limits=opts.limits, retry=opts.retry, judge=opts.judge, batch_id=batch
+                env=env,
+                task=task,
+                model=config,
+                limits=opts.limits,
+                retry=opts.retry,
+                judge=opts.judge,
+                fuse_turns=opts.fuse_turns,
+                batch_id=batch,
             )
             input = GroupInput(rollout=rollout, n=n, scale_by_std=scale_by_std)
             running[asyncio.ensure_future(_group(client, workflow_id, input, task_queue, search_attributes))] = index

@@ -30,6 +30,7 @@ from activities.report import ReportActivities
 from activities.storage import StorageActivities
 from activities.trainer_jobs import TrainerActivities
 from activities.training import TrainingActivities
+from activities.turn import TurnActivities
 from envs.admission import Admission
 from envs.mcp.ledger import reap_orphans
 from workers.config import Settings
@@ -196,7 +197,12 @@ async def running_worker(
     node = Worker(
         client,
         task_queue=queue,
-        activities=[env_activities.call_tool, env_activities.compute_reward, env_activities.release_rollout],
+        activities=[
+            env_activities.call_tool,
+            env_activities.compute_reward,
+            env_activities.release_rollout,
+            TurnActivities(model_activities, env_activities).play_turn,
+        ],
         # A retried attempt whose first attempt completed here (its report was lost) must not re-run the tool.
         interceptors=[DedupInterceptor()],
         **worker_tuning(settings, workflows=False),

@@ -316,6 +316,7 @@ class BatchRolloutWorkflow:
             limits=options.limits,
             retry=options.retry,
             judge=options.judge,
+            fuse_turns=options.fuse_turns,
             batch_id=self._batch_id,
         )
 

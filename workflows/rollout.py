@@ -33,15 +33,17 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities import errors
+    from activities.env import RolloutHandle
     from activities.model import GenerateInput, GenerateResult, ModelActivities
+    from activities.turn import PlayTurnInput, PlayTurnResult, TurnActivities
     from envs.contract import Message, Reward, TerminationReason, Trajectory, Usage
     from envs.rewards.rubric import Rubric
     from envs.tokens import TokenPrefix, TurnTokens
     from workflows import judging, names, status
-    from workflows.activity_calls import describe, error_type, execute
+    from workflows.activity_calls import describe, error_type, execute, node_lost
     from workflows.budget import TrajectoryBudget
     from workflows.judging import JudgeConfig
-    from workflows.rollout_env import RolloutEnv
+    from workflows.rollout_env import ADMISSION_WAIT, ENV_HEARTBEAT, NODE_ERRORS, RolloutEnv
     from workflows.rollout_env import Stop as _Stop
     from workflows.schema import RolloutInput, RolloutResult, initial_search_attributes
 
@@ -49,9 +51,14 @@ with workflow.unsafe.imports_passed_through():
 ROLLOUT_PLAN_2 = "rollout-plan-2"
 """Patch id: release folded into a successful compute_reward, only the start search attributes and
 memo the starter did not set are upserted, model turns as local activities if asked."""
+FUSED_TURNS = "fused-turns"
+"""Patch id: a stateless env's turns are one `play_turn` activity each (activities.turn)."""
 ROLLOUT_TASK_SA = "rollout-task-sa"
 """Patch id: a rollout whose starter did not set GymflowTask upserts it (histories written before the
 attribute existed replay without it)."""
+MAX_TIMED_CALLS = 16
+"""A fused turn's start-to-close allows this many tool calls' timeouts at most (each call has its
+own timeout inside; the heartbeat notices a lost node within seconds)."""
 MODEL_HEARTBEAT = timedelta(seconds=10)
 """Generations heartbeat every ~3 s once they have run that long (activities.model): quick turns
 never send one, and a worker killed mid-generation is noticed within this."""
@@ -72,6 +79,10 @@ class RolloutWorkflow:
         self._budget = TrajectoryBudget(None)
         self._tokens: list[TurnTokens] = []
         self._token_prefix: TokenPrefix | None = None
+        self._fused = False
+        """Turns are `play_turn` activities on the rollout's node (decided once the env is up)."""
+        self._fused_reward: Reward | None = None
+        """The reward a fused final turn computed (the rollout's state is then freed)."""
 
     @workflow.query
     def progress(self) -> dict[str, int]:
@@ -123,8 +134,9 @@ class RolloutWorkflow:
                         type=errors.INVALID_INPUT,
                         non_retryable=True,
                     )
+                self._fused = self._wants_fused(handle) and workflow.patched(FUSED_TURNS)
                 reason = await self._agent_loop()
-                reward = await env.reward(self._messages)
+                reward = self._fused_reward or await env.reward(self._messages)
             except GeneratorExit:
                 # The worker evicted this run from its cache: there is no event loop left to
                 # schedule a release on, and the run goes on elsewhere as a replay that releases.
@@ -156,7 +168,8 @@ class RolloutWorkflow:
         limits = self._input.limits
         while self._turns < limits.max_turns:
             self._check_context_budget()
-            result = await self._generate()
+            turn = await self._play_turn() if self._fused else None
+            result = turn.generated if turn else await self._generate()
             self._turns += 1
             self._usage = Usage(
                 prompt_tokens=self._usage.prompt_tokens + result.usage.prompt_tokens,
@@ -175,10 +188,15 @@ class RolloutWorkflow:
                 self._tokens.append(result.tokens)
             workflow.set_current_details(f"turn {self._turns}: {len(message.tool_calls)} tool call(s)")
             if not message.tool_calls:
+                if turn and turn.reward:
+                    self._fused_reward = turn.reward
+                    self._env_steps().handle = None  # the fused turn freed the state with the reward
                 return TerminationReason.FINAL_ANSWER
             self._pending_chars = 0
-            for call in message.tool_calls:
-                observation, whole = self._budget.admit(await self._env_steps().observe(call))
+            ran = turn.results if turn else []
+            for index, call in enumerate(message.tool_calls):
+                done = ran[index] if index < len(ran) else None
+                observation, whole = self._budget.admit(await self._env_steps().observe(call, done))
                 self._pending_chars += len(observation.content)
                 self._messages.append(observation)
                 if not whole:
@@ -206,14 +224,7 @@ class RolloutWorkflow:
         try:
             return await execute(
                 ModelActivities.generate,
-                GenerateInput(
-                    model=input.model,
-                    messages=self._messages,
-                    tools=handle.tools,
-                    rollout_id=self._rollout_id,
-                    turn=self._turns,
-                    token_prefix=self._token_prefix,
-                ),
+                self._generate_input(handle),
                 local=local,
                 start_to_close_timeout=timedelta(seconds=input.model.request_timeout_s + 30),
                 # A worker that dies mid-generation is noticed within this, not after request_timeout_s
@@ -231,6 +242,70 @@ class RolloutWorkflow:
             if error_type(exc) == errors.CONTEXT_LENGTH:
                 raise _Stop(TerminationReason.CONTEXT_BUDGET) from exc
             raise _Stop(TerminationReason.MODEL_ERROR, describe(exc)) from exc
+
+    def _wants_fused(self, handle: RolloutHandle) -> bool:
+        """Fused turns: asked for by the rollout, or by the env unless the rollout asked for local
+        model turns; for a stateless env only."""
+        asked = self._input.fuse_turns
+        if asked is None:
+            asked = handle.fused_turns and not (self._plan_2 and self._input.model.local_activity)
+        return handle.stateless and asked
+
+    async def _play_turn(self) -> PlayTurnResult:
+        """One fused turn on the rollout's node (recovered like any env step if the node is lost)."""
+        return await self._env_steps().on_node(self._fused_turn)
+
+    async def _fused_turn(self, handle: RolloutHandle) -> PlayTurnResult:
+        input, env = self._input, self._env_steps()
+        limits = input.limits
+        room = None if self._budget.limit is None else self._budget.limit - self._budget.used
+        calls_left = max(0, min(limits.max_tool_calls - env.tool_calls, MAX_TIMED_CALLS))
+        try:
+            return await execute(
+                TurnActivities.play_turn,
+                PlayTurnInput(
+                    generate=self._generate_input(handle),
+                    env=input.env,
+                    state_key=handle.state_key,
+                    tool_timeout_s=limits.tool_timeout_s,
+                    max_output_chars=limits.max_tool_output_chars,
+                    tool_calls_made=env.tool_calls,
+                    max_tool_calls=limits.max_tool_calls,
+                    reward_task=input.task,
+                    room_bytes=room,
+                ),
+                task_queue=handle.node_queue,
+                schedule_to_start_timeout=timedelta(seconds=input.retry.node_timeout_s),
+                start_to_close_timeout=timedelta(seconds=input.model.request_timeout_s + 30)
+                + ADMISSION_WAIT
+                + timedelta(seconds=limits.tool_timeout_s + 30) * calls_left,
+                heartbeat_timeout=ENV_HEARTBEAT,
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1),
+                    maximum_interval=timedelta(seconds=30),
+                    maximum_attempts=input.retry.model_attempts,
+                    non_retryable_error_types=[errors.MODEL_REJECTED, errors.CONTEXT_LENGTH, *NODE_ERRORS],
+                ),
+                summary=f"{input.model.model or 'model'} turn {self._turns + 1} + tools",
+            )
+        except ActivityError as exc:
+            if node_lost(exc):
+                raise  # on_node re-initialises the rollout and plays the turn again
+            if error_type(exc) == errors.CONTEXT_LENGTH:
+                raise _Stop(TerminationReason.CONTEXT_BUDGET) from exc
+            if error_type(exc) == errors.ENV_CONFIG:
+                raise _Stop(TerminationReason.ENV_ERROR, describe(exc)) from exc
+            raise _Stop(TerminationReason.MODEL_ERROR, describe(exc)) from exc
+
+    def _generate_input(self, handle: RolloutHandle) -> GenerateInput:
+        return GenerateInput(
+            model=self._input.model,
+            messages=self._messages,
+            tools=handle.tools,
+            rollout_id=self._rollout_id,
+            turn=self._turns,
+            token_prefix=self._token_prefix,
+        )
 
     def _env_steps(self) -> RolloutEnv:
         assert self._env is not None

@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         ReleaseInput,
         RolloutHandle,
     )
+    from activities.turn import refusal
     from envs.contract import Message, Reward, Task, TerminationReason, ToolCall, ToolResult
     from workflows.activity_calls import call_summary, describe, error_type, execute, node_lost, timed_out
     from workflows.schema import RetrySettings, RolloutLimits
@@ -49,6 +50,8 @@ INIT_TIMEOUT = timedelta(minutes=2) + ADMISSION_WAIT
 REWARD_TIMEOUT = timedelta(minutes=10)
 RELEASE_TIMEOUT = timedelta(seconds=30)
 ENV_HEARTBEAT = timedelta(seconds=10)
+NODE_ERRORS = (errors.ENV_CONFIG, errors.ROLLOUT_NOT_FOUND, errors.ENV_ERROR)
+"""Env failures no retry on the same node mends: bad config, and state that is gone (recovery's)."""
 TOOL_IMAGES_PATCH = "tool-images"
 """Patch id: tool observations carry the images a tool returned inline (`Message.images`)."""
 """Env activities heartbeat every ~3 s while they run (activities.env), so the loss of the worker
@@ -171,21 +174,19 @@ class RolloutEnv:
             )
 
     # -- tools -------------------------------------------------------------------------------
-    async def observe(self, call: ToolCall) -> Message:
-        """The observation for one tool call; only well-formed calls of known tools reach the env."""
+    async def observe(self, call: ToolCall, ran: ToolResult | None = None) -> Message:
+        """The observation for one tool call; only well-formed calls of known tools reach the env.
+
+        `ran`: the call's result from a fused turn (activities.turn), which decided alike what to
+        refuse; without it the call runs here, as its own activity.
+        """
         assert self.handle is not None
-        if call.parse_error is not None:
-            result = ToolResult(text=f"error: could not parse tool call: {call.parse_error}", is_error=True)
-        elif call.name not in {t.name for t in self.handle.tools}:
-            known = ", ".join(t.name for t in self.handle.tools)
-            result = ToolResult(text=f"error: unknown tool {call.name!r}; available tools: {known}", is_error=True)
-        elif self.tool_calls >= self.limits.max_tool_calls:
-            self.budget_hit = True
-            limit = self.limits.max_tool_calls
-            result = ToolResult(text=f"error: tool call budget exhausted ({limit} calls); not executed", is_error=True)
+        result = refusal(call, self.handle.tools, self.tool_calls, self.limits.max_tool_calls)
+        if result is not None:
+            self.budget_hit = self.budget_hit or (call.parse_error is None and call.name in self.tool_names())
         else:
             self.tool_calls += 1
-            result = await self.on_node(lambda handle: self.call_tool(handle, call))
+            result = ran if ran is not None else await self.on_node(lambda handle: self.call_tool(handle, call))
             if not result.is_error:
                 self.executed.append((call, result))
         images = [a for a in result.attachments if a.kind == "image" and a.data is not None]
@@ -200,6 +201,10 @@ class RolloutEnv:
             is_error=result.is_error,
             images=images,
         )
+
+    def tool_names(self) -> set[str]:
+        assert self.handle is not None
+        return {t.name for t in self.handle.tools}
 
     async def call_tool(self, handle: RolloutHandle, call: ToolCall, *, replay: bool = False) -> ToolResult:
         limits = self.limits
@@ -307,10 +312,5 @@ class RolloutEnv:
         return RetryPolicy(
             initial_interval=timedelta(seconds=1),
             maximum_attempts=self.retry.env_attempts,
-            non_retryable_error_types=[
-                errors.ENV_CONFIG,
-                errors.ROLLOUT_NOT_FOUND,
-                errors.ENV_ERROR,
-                errors.REWARD_ERROR,
-            ],
+            non_retryable_error_types=[*NODE_ERRORS, errors.REWARD_ERROR],
         )

@@ -83,6 +83,10 @@ class RolloutInput(Wire):
     """Set by parent workflows; becomes the GymflowBatch search attribute."""
     judge: JudgeConfig | None = None
     """Have an LLM judge score the rollout (the rubric defaults to the env's)."""
+    fuse_turns: bool | None = None
+    """Run each turn's tool calls in the model turn's activity (activities.turn): None follows the
+    env (`BaseEnv.fused_turns`), False keeps one activity per tool call, True asks for fused turns,
+    which only a stateless env gets (a stateful env's completed calls are never run again)."""
 
 
 RolloutResult = Trajectory
@@ -141,6 +145,8 @@ class RolloutOptions(Wire):
     retry: RetrySettings = Field(default_factory=RetrySettings)
     judge: JudgeConfig | None = None
     """LLM-judge settings (rubric rewards); None unless the env gives a rubric."""
+    fuse_turns: bool | None = None
+    """`RolloutInput.fuse_turns` of every rollout."""
 
 
 class BatchState(Wire):

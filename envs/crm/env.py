@@ -61,6 +61,7 @@ class CrmEnv(McpEnv):
     name = "crm"
     system_prompt = SYSTEM_PROMPT
     stateless = True  # read-only tools: a lost rollout just gets a fresh copy and server
+    fused_turns = True  # tool calls may re-run: one activity per turn (activities.turn)
     mcp_servers = {"crm": {"command": "python", "args": ["-m", SERVER_MODULE, "--db", DB_NAME]}}
 
     def __init__(self, **kwargs: Any) -> None:

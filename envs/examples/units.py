@@ -13,6 +13,7 @@ class UnitsEnv(McpEnv):
     name = "units"
     system_prompt = "Convert units with the calculator tools. End with <answer>NUMBER</answer>."
     stateless = True  # the calculator keeps no state: a lost rollout just gets a fresh server
+    fused_turns = True  # tool calls may re-run: one activity per turn (activities.turn)
     # Any MCP server works here, by config alone (the `mcpServers` format of Claude Desktop).
     mcp_servers = {"calculator": {"command": "python", "args": ["-m", "envs.math.servers.calculator"]}}
 

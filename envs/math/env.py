@@ -25,6 +25,7 @@ class MathEnv(McpEnv):
     name = "math"
     system_prompt = SYSTEM_PROMPT
     stateless = True  # the calculator keeps no state: a lost rollout just gets a fresh server
+    fused_turns = True  # tool calls may re-run: one activity per turn (activities.turn)
     mcp_servers = {"calculator": {"command": "python", "args": ["-m", "envs.math.servers.calculator"]}}
 
     async def compute_reward(

@@ -9,6 +9,7 @@
     dataset: tasks.jsonl              # rows {"prompt"|"question", "answer"} or full Tasks
     stateless: true                   # recovery: a lost rollout just gets fresh servers
     replayable: false                 # recovery: re-running the tool calls rebuilds state
+    fused_turns: true                 # one activity per turn: tool calls run with the model turn (stateless only)
     workspace:                        # every workspace, before its servers start
       files: {data.db: seed/data.db}  # workspace path: source (file or directory)
       setup: git init -q              # run in the workspace (sh -c), `{workspace}` filled in
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
-from pydantic import ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from envs.contract import Task, Wire
 from envs.mcp.config import BUILTIN_PARSERS, parse_servers
@@ -68,6 +69,8 @@ class EnvFile(Wire):
     """Tools keep no per-rollout state: a rollout that lost its servers continues on fresh ones."""
     replayable: bool = False
     """Re-running a rollout's tool calls on fresh servers rebuilds its state exactly."""
+    fused_turns: bool = False
+    """Run each turn's tool calls in the model turn's activity (BaseEnv.fused_turns); needs `stateless`."""
     workspace: WorkspaceSeed | None = None
     """Files and a setup command every workspace gets before its servers start (envs.mcp.workspace)."""
     workspace_quota_mb: int | None = Field(default=None, ge=1)
@@ -78,6 +81,13 @@ class EnvFile(Wire):
     def _reward_list(cls, value: RewardSpecs) -> RewardSpecs:
         if isinstance(value, list) and not value:
             raise ValueError("an empty list; leave 'reward' out for the default exact-match reward")
+        return value
+
+    @field_validator("fused_turns")
+    @classmethod
+    def _fused_needs_stateless(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and not info.data.get("stateless"):
+            raise ValueError("fused_turns re-runs a turn's tool calls on a retry; set 'stateless: true' too")
         return value
 
 
@@ -160,6 +170,7 @@ def _build(name: str, path: Path, mtime_ns: int, size: int) -> type[FileEnv]:
         "workspace_seed": seed,
         "stateless": config.stateless,
         "replayable": config.replayable,
+        "fused_turns": config.fused_turns,
         "workspace_quota_mb": config.workspace_quota_mb,
         "dataset_path": (base / config.dataset) if config.dataset else None,
         "__module__": __name__,

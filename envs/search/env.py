@@ -36,6 +36,7 @@ class SearchEnv(McpEnv):
     name = "search"
     system_prompt = SYSTEM_PROMPT
     stateless = True
+    fused_turns = True  # tool calls may re-run: one activity per turn (activities.turn)
     mcp_servers = {"search": {"command": "python", "args": ["-m", "envs.search.servers.search"]}}
 
     def __init__(self, *, judge: bool = False, **kwargs: Any) -> None:

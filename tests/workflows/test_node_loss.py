@@ -9,6 +9,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from mcp_support import node_queues_of, wait_until
 from temporalio.client import Client
 
@@ -36,8 +37,9 @@ class StallWhileNodeUp(ScriptedPolicy):
         return super().respond(messages, tools)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["classic", "fused-turns"])
 async def test_lost_node_is_detected_and_the_rollout_reinitialised_elsewhere(
-    client: Client, temporal_address: str, tmp_path: Path
+    client: Client, temporal_address: str, tmp_path: Path, fused: bool
 ) -> None:
     # A second connection: the SDK refuses two workers of one queue on one client (one process).
     client_b = await connect(temporal_address)
@@ -60,6 +62,7 @@ async def test_lost_node_is_detected_and_the_rollout_reinitialised_elsewhere(
                 task=task,
                 model=ModelConfig(base_url=server.url),
                 retry=RetrySettings(node_timeout_s=3, model_attempts=10),
+                fuse_turns=fused,
             ),
             task_queue=settings_a.task_queue,
         )
@@ -73,5 +76,9 @@ async def test_lost_node_is_detected_and_the_rollout_reinitialised_elsewhere(
     assert not result.infra_failed and result.recoveries == 1
     assert result.reward is not None and result.reward.total == 1.0
     assert [m.content for m in result.messages if m.role == "tool"] == ["42", "42"]
-    queues = await node_queues_of(client, handle.id)
-    assert queues == [a.node_queue, a.node_queue, b.node_queue]  # the lost call, then the rerun on B
+    if fused:  # turn 0 on A, turn 1 lost with A and played again on B, the final turn on B
+        queues = await node_queues_of(client, handle.id, "play_turn")
+        assert queues == [a.node_queue, a.node_queue, b.node_queue, b.node_queue]
+    else:
+        queues = await node_queues_of(client, handle.id)
+        assert queues == [a.node_queue, a.node_queue, b.node_queue]  # the lost call, then the rerun on B

@@ -47,7 +47,9 @@ async def local_activity_types(client: Client, workflow_id: str) -> list[str]:
 async def test_math_rollout_solves_task_with_tools(
     client: Client, worker: RunningWorker, calculator_policy_url: str
 ) -> None:
-    result = await run_rollout(client, rollout_input(calculator_policy_url), task_queue=worker.task_queue)
+    # The classic plan: one activity per model turn and per tool call (math asks for fused turns).
+    classic = rollout_input(calculator_policy_url, fuse_turns=False)
+    result = await run_rollout(client, classic, task_queue=worker.task_queue)
     assert result.termination == TerminationReason.FINAL_ANSWER
     assert not result.infra_failed
     assert result.reward is not None and result.reward.total == 1.0
@@ -59,6 +61,25 @@ async def test_math_rollout_solves_task_with_tools(
     assert kinds.count("generate") == result.turns and "release_rollout" not in kinds
     assert await local_activity_types(client, result.rollout_id) == []
     assert worker.env.env("math").live_rollouts() == []  # type: ignore[attr-defined]
+
+
+async def test_fused_turns_are_one_activity_per_turn_with_the_same_trajectory(
+    client: Client, worker: RunningWorker, calculator_policy_url: str
+) -> None:
+    fused = await run_rollout(client, rollout_input(calculator_policy_url), task_queue=worker.task_queue)
+    classic = await run_rollout(
+        client, rollout_input(calculator_policy_url, fuse_turns=False), task_queue=worker.task_queue
+    )
+    assert fused.reward is not None and fused.reward.total == 1.0 and fused.tool_calls >= 1
+    # init, then one activity per turn; the last one scored the answer and freed the state.
+    assert await activity_types(client, fused.rollout_id) == ["init_rollout"] + ["play_turn"] * fused.turns
+    assert worker.env.env("math").live_rollouts() == []  # type: ignore[attr-defined]
+    assert fused.messages == classic.messages and fused.reward == classic.reward
+    assert (fused.turns, fused.tool_calls, fused.termination) == (
+        classic.turns,
+        classic.tool_calls,
+        classic.termination,
+    )
 
 
 async def test_model_turns_as_local_activities(
@@ -95,7 +116,8 @@ async def test_hermes_tool_format(client: Client, worker: RunningWorker, calcula
     assert result.tool_calls >= 1
 
 
-async def test_bad_model_output_becomes_error_observations(client: Client, worker: RunningWorker) -> None:
+@pytest.mark.parametrize("fused", [False, True], ids=["classic", "fused-turns"])
+async def test_bad_model_output_becomes_error_observations(client: Client, worker: RunningWorker, fused: bool) -> None:
     policy = ScriptedPolicy(
         [
             Message(role="assistant", tool_calls=[call("add", raw='{"a": 1, "b": ')]),  # broken JSON
@@ -107,7 +129,7 @@ async def test_bad_model_output_becomes_error_observations(client: Client, worke
         ]
     )
     async with PolicyServer(policy, host="127.0.0.1", port=0) as server:
-        result = await run_rollout(client, rollout_input(server.url), task_queue=worker.task_queue)
+        result = await run_rollout(client, rollout_input(server.url, fuse_turns=fused), task_queue=worker.task_queue)
     assert result.termination == TerminationReason.FINAL_ANSWER
     assert not result.infra_failed
     observations = [m for m in result.messages if m.role == "tool"]
@@ -119,7 +141,8 @@ async def test_bad_model_output_becomes_error_observations(client: Client, worke
     assert observations[4].content.strip() == "5"
     # Malformed and unknown calls never reach the env; the others are real activities.
     assert result.tool_calls == 3
-    assert (await activity_types(client, result.rollout_id)).count("call_tool") == 3
+    kinds = await activity_types(client, result.rollout_id)
+    assert (kinds.count("call_tool"), kinds.count("play_turn")) == ((0, 6) if fused else (3, 0))
 
 
 @pytest.mark.parametrize("local", [False, True], ids=["activity", "local-activity"])
@@ -134,7 +157,7 @@ async def test_model_endpoint_down_is_typed_infra_failure(client: Client, worker
     result = await handle.result()
     assert result.termination == TerminationReason.MODEL_ERROR
     assert result.infra_failed and result.reward is None
-    assert result.error and "generate" in result.error
+    assert result.error and "model request" in result.error and result.error.startswith(("generate", "play_turn"))
     described = await handle.describe()
     assert described.typed_search_attributes.get(SA_STATUS) == "infra_failed"
     assert worker.env.env("math").live_rollouts() == []  # type: ignore[attr-defined]

@@ -1,0 +1,145 @@
+"""A fused turn: one model turn and its tool calls in one activity, for envs whose calls may re-run.
+
+A classic rollout turn is two or more activities: `generate` on the shared queue, then one
+`call_tool` per tool call on the rollout's node queue. Each costs the Temporal server two round
+trips and its own history events, and on a small deployment the server's CPU per activity is what
+bounds throughput (README, Benchmarks). `play_turn` runs on the node queue (the rollout's servers
+live there): it asks the model, runs the reply's tool calls on the rollout's state, and when the
+reply is a final answer that fits the rollout's payload budget, computes the reward and frees the
+state — one activity per turn, and none for the reward.
+
+The price is what a retry does: a failed or lost attempt runs the whole turn again, model call and
+tool calls. That is only sound for envs whose tool calls change nothing (`BaseEnv.stateless`), so
+the workflow fuses turns only for those, and only when the env asks for it (`BaseEnv.fused_turns`)
+or the rollout does (`RolloutInput.fuse_turns`). Stateful envs keep one activity per tool call:
+a completed call is never run again.
+
+Failures keep their types: the model's (MODEL_ERROR, MODEL_REJECTED, CONTEXT_LENGTH) and the env's
+(ROLLOUT_NOT_FOUND, ENV_ERROR: the workflow re-initialises the rollout and plays the turn again).
+A reward that fails here is not an error of the turn: the reply comes back without a reward and
+with the state held, and the workflow scores it the classic way, with the reward's own retries and
+error types.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from pydantic import Field
+from temporalio import activity
+
+from activities.env import CallToolInput, ComputeRewardInput, EnvActivities
+from activities.model import GenerateInput, GenerateResult, ModelActivities
+from envs.contract import Reward, Task, ToolCall, ToolResult, ToolSpec, Wire, json_bytes
+
+log = logging.getLogger(__name__)
+
+TURN_ACTIVITY = "play_turn"
+
+
+def refusal(call: ToolCall, tools: Sequence[ToolSpec], calls_made: int, max_calls: int) -> ToolResult | None:
+    """The error observation for a call that must not reach the env, or None if it may run.
+
+    Malformed calls, unknown tools and calls past the rollout's tool budget are refused; the
+    workflow (classic turns) and `play_turn` (fused turns) decide alike.
+    """
+    if call.parse_error is not None:
+        return ToolResult(text=f"error: could not parse tool call: {call.parse_error}", is_error=True)
+    if call.name not in {t.name for t in tools}:
+        known = ", ".join(t.name for t in tools)
+        return ToolResult(text=f"error: unknown tool {call.name!r}; available tools: {known}", is_error=True)
+    if calls_made >= max_calls:
+        return ToolResult(text=f"error: tool call budget exhausted ({max_calls} calls); not executed", is_error=True)
+    return None
+
+
+class PlayTurnInput(Wire):
+    """One fused turn of a rollout whose state lives on this node."""
+
+    generate: GenerateInput
+    """The model turn (conversation so far, tools, model settings)."""
+    env: str
+    state_key: str
+    tool_timeout_s: float = Field(gt=0)
+    max_output_chars: int = Field(ge=256)
+    tool_calls_made: int = Field(ge=0)
+    """Tool calls the rollout sent to the env before this turn (the budget counts these)."""
+    max_tool_calls: int = Field(ge=0)
+    reward_task: Task | None = None
+    """Set when a final answer may be scored here: the task to score it against."""
+    room_bytes: int | None = None
+    """What the rollout's payload budget still admits (None: unbounded). A final answer is scored
+    here only if it and its token data fit, i.e. the workflow keeps it whole."""
+
+
+class PlayTurnResult(Wire):
+    generated: GenerateResult
+    results: list[ToolResult] = Field(default_factory=list)
+    """One result per tool call of the reply, in order (refusals included). Shorter than the calls
+    only if the turn's results would not fit one payload: the workflow runs the rest classically."""
+    reward: Reward | None = None
+    """The reward of the conversation ending with this reply, when it was final and scored here;
+    the rollout's state was then freed."""
+
+
+class TurnActivities:
+    """`play_turn` of one worker node: its model client and its env activities."""
+
+    def __init__(self, model: ModelActivities, env: EnvActivities) -> None:
+        self.model = model
+        self.env = env
+
+    @activity.defn(name=TURN_ACTIVITY)
+    async def play_turn(self, input: PlayTurnInput) -> PlayTurnResult:
+        """Ask the model, run its tool calls, and score a final answer; see the module docstring."""
+        generated = await self.model.generate(input.generate)
+        message = generated.message
+        if not message.tool_calls:
+            return await self._final(input, generated)
+        results: list[ToolResult] = []
+        made = input.tool_calls_made
+        budget = self._result_budget(generated)
+        for call in message.tool_calls:
+            result = refusal(call, input.generate.tools, made, input.max_tool_calls)
+            if result is None:
+                made += 1
+                result = await self.env.call_tool(
+                    CallToolInput(
+                        env=input.env,
+                        state_key=input.state_key,
+                        call=call,
+                        timeout_s=input.tool_timeout_s,
+                        max_output_chars=input.max_output_chars,
+                    )
+                )
+            if budget is not None:
+                budget -= json_bytes(result)
+                if budget < 0:  # the workflow runs this call and the rest one activity each
+                    break
+            results.append(result)
+        return PlayTurnResult(generated=generated, results=results)
+
+    def _result_budget(self, generated: GenerateResult) -> int | None:
+        limit = self.env.payload_limit_bytes
+        return None if limit is None else limit // 2 - json_bytes(generated)
+
+    async def _final(self, input: PlayTurnInput, generated: GenerateResult) -> PlayTurnResult:
+        if input.reward_task is None:
+            return PlayTurnResult(generated=generated)
+        size = json_bytes(generated.message) + (json_bytes(generated.tokens) if generated.tokens is not None else 0)
+        if input.room_bytes is not None and size > input.room_bytes:
+            return PlayTurnResult(generated=generated)  # the workflow cuts the reply: it scores what it keeps
+        scored = ComputeRewardInput(
+            env=input.env,
+            state_key=input.state_key,
+            messages=[*input.generate.messages, generated.message],
+            task=input.reward_task,
+            release=True,
+        )
+        try:
+            reward = await self.env.compute_reward(scored)
+        except Exception:
+            log.warning("the fused turn's reward failed; the workflow scores the rollout itself", exc_info=True)
+            return PlayTurnResult(generated=generated)
+        return PlayTurnResult(generated=generated, reward=reward)
