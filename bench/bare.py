@@ -1,5 +1,8 @@
 """The bare-Temporal ceiling: RolloutWorkflow's activity plan with nothing else.
 
+Three plans, as gymflow's: classic (model turns and tool calls each an activity), local model
+turns, and fused turns (one activity per turn on the node queue, the last one with the reward).
+
 `BareRolloutWorkflow` schedules the same activities as a gymflow rollout, on the same queues
 (init and model turns on the shared queue, tool calls and the end of the rollout on the node queue
 that init returns; model turns as local activities when gymflow's are), but each activity returns
@@ -42,6 +45,9 @@ class BareInput:
     upsert); `bench.server_cost` measures what each of these extras costs the server."""
     finish_upserts: bool = False
     """Upsert a status and a reward search attribute and a memo field at the end, as RolloutWorkflow does."""
+    fused: bool = False
+    """Each turn one activity on the node queue (model latency, then the tool's), the last one with
+    the reward: gymflow's fused turns (activities.turn)."""
     pad_bytes: int = 0
     """Bytes added to every activity's input per turn so far (RolloutWorkflow's model turns carry the
     whole conversation, so its history grows quadratically with the turns)."""
@@ -51,6 +57,15 @@ class BareInput:
 class BareStep:
     turn: int
     delay_s: float = 0.0
+    pad: str = ""
+
+
+@dataclass
+class BareTurn:
+    turn: int
+    model_delay_s: float = 0.0
+    tool_delay_s: float = 0.0
+    """0 for the last turn (a final answer calls no tool)."""
     pad: str = ""
 
 
@@ -76,6 +91,11 @@ class BareActivities:
             await asyncio.sleep(step.delay_s)
         return f"step {step.turn} done"
 
+    @activity.defn(name="bare_turn")
+    async def turn(self, step: BareTurn) -> str:
+        await asyncio.sleep(step.model_delay_s + step.tool_delay_s)
+        return f"turn {step.turn} done"
+
     @activity.defn(name="bare_reward")
     async def reward(self, rollout_id: str) -> float:
         return 1.0
@@ -95,6 +115,14 @@ class BareRolloutWorkflow:
         node = await workflow.execute_activity_method(
             BareActivities.init, rollout_id, start_to_close_timeout=TIMEOUT, retry_policy=RETRY
         )
+        if input.fused:
+            for turn in range(input.tool_turns + 1):
+                tool_s = input.tool_delay_s if turn < input.tool_turns else 0.0
+                step = BareTurn(turn, input.model_delay_s, tool_s, "x" * (input.pad_bytes * turn))
+                await workflow.execute_activity_method(
+                    BareActivities.turn, step, task_queue=node, start_to_close_timeout=TIMEOUT, retry_policy=RETRY
+                )
+            return 1.0  # the last turn scored the answer and freed the state
         for turn in range(input.tool_turns + 1):
             pad = "x" * (input.pad_bytes * turn)
             generate = BareStep(turn, input.model_delay_s, pad)

@@ -43,7 +43,21 @@ from bench import mcp_isolation  # noqa: E402
 from bench.direct import DirectRunner  # noqa: E402
 from bench.procs import Procs, load, start_policy, start_server, start_worker  # noqa: E402
 from bench.report import plot, summary_table, targets  # noqa: E402
-from bench.scenarios import BARE, BARE_LOCAL, DIRECT, LOCAL, Bench, Runner, light, realistic, saturation  # noqa: E402
+from bench.scenarios import (  # noqa: E402
+    BARE,
+    BARE_FUSED,
+    BARE_LOCAL,
+    CLASSIC,
+    DIRECT,
+    FUSED,
+    LOCAL,
+    LOCAL_PLAN,
+    Bench,
+    Runner,
+    light,
+    realistic,
+    saturation,
+)
 from bench.workload import BenchEnv  # noqa: E402
 from workers import client as sdk  # noqa: E402
 
@@ -89,7 +103,8 @@ async def start_runners(
     runners = [
         Runner(DIRECT, DIRECT),
         Runner(BARE, BARE, "bench-bare"),
-        Runner(BARE_LOCAL, BARE, "bench-bare", local_turns=True),
+        Runner(BARE_LOCAL, BARE, "bench-bare", plan=LOCAL_PLAN),
+        Runner(BARE_FUSED, BARE, "bench-bare", plan=FUSED),
     ]
     await start_worker(procs, BARE, mode="bare", address=address, task_queue="bench-bare")
     for label, ref, env in [parse_variant(v) for v in args.variant] or [("gymflow", None, {})]:
@@ -101,9 +116,11 @@ async def start_runners(
         await start_worker(
             procs, label, mode="gymflow", address=address, task_queue=queue, env=env, code_root=code_root
         )
-        runners.append(Runner(label, "gymflow", queue))
-    # The current code once more, with model turns as local activities (opt-in; workflows.rollout).
-    runners.append(Runner(f"{runners[-1].label}+local", LOCAL, runners[-1].task_queue, local_turns=True))
+        runners.append(Runner(label, "gymflow", queue, plan=FUSED))
+    # The current code once more on the classic plan, and with model turns as local activities.
+    last = runners[-1]
+    runners.append(Runner(f"{last.label}+classic", "gymflow", last.task_queue, plan=CLASSIC))
+    runners.append(Runner(f"{last.label}+local", LOCAL, last.task_queue, plan=LOCAL_PLAN))
     return address, runners
 
 
@@ -116,6 +133,7 @@ async def run_scenarios(args: argparse.Namespace, sizes: dict[str, Any], report:
         address, runners = await start_runners(args, procs, work, trees)
         policy = await start_policy(procs)
         report["runners"] = {r.label: r.kind for r in runners}
+        report["plans"] = {r.label: r.plan for r in runners}
         report["variants"] = [parse_variant(v) for v in args.variant]
         bench = Bench(
             client=await sdk.connect(address),

@@ -9,7 +9,8 @@ the same unit of rollout work whatever a runner does inside (gymflow and the bar
 run 2 * tool_turns + 3: reward and release are one activity).
 
 Each gymflow runner has a bare-Temporal runner with the same plan (`ceiling`): `bare` for model
-turns as regular activities, `bare+local` for model turns as local activities.
+turns and tool calls as regular activities, `bare+local` for model turns as local activities,
+`bare+fused` for one activity per turn (gymflow's fused turns, the benchmark env's default).
 """
 
 from __future__ import annotations
@@ -38,19 +39,27 @@ DIRECT = "direct"
 BARE = "bare"
 BARE_LOCAL = "bare+local"
 """The bare workflow with model turns as local activities: the ceiling for gymflow's local turns."""
+BARE_FUSED = "bare+fused"
+"""The bare workflow with one activity per turn on the node queue: the ceiling for fused turns."""
 LOCAL = "gymflow-local"
 """The gymflow worker, rollouts asking for model turns as local activities."""
+CLASSIC = "classic"
+LOCAL_PLAN = "local"
+FUSED = "fused"
+PLANS = (CLASSIC, LOCAL_PLAN, FUSED)
+"""Rollout plans: one activity per model turn and tool call, model turns as local activities, or
+one activity per turn (activities.turn; the benchmark env's default)."""
 
 
-def ceiling(local_turns: bool) -> str:
-    """The bare runner with the same activity plan as a runner with or without local model turns."""
-    return BARE_LOCAL if local_turns else BARE
+def ceiling(plan: str) -> str:
+    """The bare runner with the same activity plan."""
+    return {CLASSIC: BARE, LOCAL_PLAN: BARE_LOCAL, FUSED: BARE_FUSED}[plan]
 
 
 def add_same_plan_ratio(rows: dict[str, dict[str, Any]], runners: Sequence[Runner], key: str) -> None:
     """Set each row's ``vs_bare_same_plan``: its `key` over that of the bare runner with the same plan."""
     for runner in runners:
-        same = rows.get(ceiling(runner.local_turns), {}).get(key)
+        same = rows.get(ceiling(runner.plan), {}).get(key)
         row = rows[runner.label]
         row["vs_bare_same_plan"] = round(row[key] / same, 3) if same else None
 
@@ -58,6 +67,15 @@ def add_same_plan_ratio(rows: dict[str, dict[str, Any]], runners: Sequence[Runne
 def activities(tool_turns: int) -> int:
     """Activities of gymflow's original rollout plan with `tool_turns` tool turns."""
     return 2 * tool_turns + 4
+
+
+def plan_activities(plan: str, tool_turns: int) -> int:
+    """Activities (local ones included) a rollout of `plan` runs today: init, then per plan the
+    model turns and tool calls (classic, local) or the turns (fused, the last one with the reward),
+    then the reward (classic, local)."""
+    if plan == FUSED:
+        return 1 + tool_turns + 1
+    return 1 + (tool_turns + 1) + tool_turns + 1
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -73,8 +91,13 @@ class Runner:
     kind: str
     """``direct``, ``bare`` or ``gymflow``."""
     task_queue: str | None = None
-    local_turns: bool = False
-    """Model turns as local activities (gymflow: `ModelConfig.local_activity`; bare: `BareInput.local_model`)."""
+    plan: str = CLASSIC
+    """`CLASSIC`, `LOCAL_PLAN` (gymflow: `ModelConfig.local_activity`; bare: `BareInput.local_model`)
+    or `FUSED` (gymflow: the env's fused turns; bare: `BareInput.fused`); direct ignores it."""
+
+    @property
+    def local_turns(self) -> bool:
+        return self.plan == LOCAL_PLAN
 
 
 @dataclass
@@ -95,7 +118,13 @@ class Bench:
             messages = await self.direct.rollout(task, model)
             ok = messages[-1].content == f"<answer>{tool_turns}</answer>"
         elif runner.kind == BARE:
-            plan = BareInput(tool_turns, local_model=runner.local_turns, model_delay_s=model_s, tool_delay_s=tool_s)
+            plan = BareInput(
+                tool_turns,
+                local_model=runner.local_turns,
+                fused=runner.plan == FUSED,
+                model_delay_s=model_s,
+                tool_delay_s=tool_s,
+            )
             await self.client.execute_workflow(
                 BARE_WORKFLOW,
                 plan,
@@ -106,7 +135,13 @@ class Bench:
         else:
             result = await run_rollout(
                 self.client,
-                RolloutInput(env=ENV_NAME, task=task, model=model, limits=RolloutLimits(max_turns=tool_turns + 1)),
+                RolloutInput(
+                    env=ENV_NAME,
+                    task=task,
+                    model=model,
+                    limits=RolloutLimits(max_turns=tool_turns + 1),
+                    fuse_turns=None if runner.plan == FUSED else False,
+                ),
                 task_queue=runner.task_queue or "",
             )
             ok = result.reward is not None and result.reward.total == 1.0 and result.tool_calls == tool_turns
@@ -133,15 +168,23 @@ async def light(bench: Bench, runners: Sequence[Runner], *, tool_turns: int, rol
                 walls[runner.label].append(await bench.rollout(runner, i, tool_turns=tool_turns, model_s=0, tool_s=0))
     n = activities(tool_turns)
     direct_p50 = statistics.median(walls[DIRECT])
-    rows = {}
-    for label, values in walls.items():
+    rows: dict[str, dict[str, float | None]] = {}
+    for runner in runners:
+        values = walls[runner.label]
         p50 = statistics.median(values)
-        rows[label] = {
+        actual = plan_activities(runner.plan, tool_turns)
+        rows[runner.label] = {
             "rollout_p50_ms": round(p50 * 1000, 1),
             "rollout_p95_ms": round(pct(values, 0.95) * 1000, 1),
-            "per_activity_p50_ms": round(p50 * 1000 / n, 2),
+            "activities": actual,
+            "per_activity_p50_ms": round(p50 * 1000 / actual, 2),
             "added_per_activity_p50_ms": round((p50 - direct_p50) * 1000 / n, 2),
         }
+    for runner in runners:  # what gymflow adds per activity over bare Temporal running the same plan
+        same = rows.get(ceiling(runner.plan)) if runner.kind != DIRECT else None
+        row = rows[runner.label]
+        gap = (row["rollout_p50_ms"] or 0) - (same["rollout_p50_ms"] or 0) if same else None
+        row["added_vs_bare_same_plan_ms"] = round(gap / (row["activities"] or 1), 2) if gap is not None else None
     return {
         "tool_turns": tool_turns,
         "activities_per_rollout": n,

@@ -43,7 +43,7 @@ async def bare_worker(client: Client, settings: Settings) -> AsyncIterator[None]
     node = Worker(
         client,
         task_queue=queue,
-        activities=[acts.call_tool, acts.reward, acts.release],
+        activities=[acts.call_tool, acts.turn, acts.reward, acts.release],
         **worker_tuning(settings, workflows=False),
     )
     async with shared, node:

@@ -18,6 +18,10 @@ next tool call — one server round trip per turn instead of two, and the conver
 activity's input) never enters history. It is off by default because a local activity holds a
 workflow task slot for the whole generation and a worker's graceful shutdown waits for (and the
 SDK re-runs) in-flight local turns: fine for turns of a few seconds, wrong for long generations.
+Fused turns (activities.turn; the default of stateless envs that set `BaseEnv.fused_turns`, or
+`RolloutInput.fuse_turns`): a turn is one `play_turn` activity on the rollout's node — model call,
+tool calls, and for a final answer the reward and the release — so a rollout of n tool turns is
+n + 2 activities instead of 2n + 3. A retry re-runs the whole turn, hence stateless envs only.
 Starters (the SDK, parent workflows) set the initial search attributes and memo, so the workflow
 upserts only what is missing. All three sit behind the `ROLLOUT_PLAN_2` patch: histories written
 before it replay on the old plan.
@@ -51,8 +55,6 @@ with workflow.unsafe.imports_passed_through():
 ROLLOUT_PLAN_2 = "rollout-plan-2"
 """Patch id: release folded into a successful compute_reward, only the start search attributes and
 memo the starter did not set are upserted, model turns as local activities if asked."""
-FUSED_TURNS = "fused-turns"
-"""Patch id: a stateless env's turns are one `play_turn` activity each (activities.turn)."""
 ROLLOUT_TASK_SA = "rollout-task-sa"
 """Patch id: a rollout whose starter did not set GymflowTask upserts it (histories written before the
 attribute existed replay without it)."""
@@ -134,7 +136,9 @@ class RolloutWorkflow:
                         type=errors.INVALID_INPUT,
                         non_retryable=True,
                     )
-                self._fused = self._wants_fused(handle) and workflow.patched(FUSED_TURNS)
+                # No patch: the recorded handle decides. Handles recorded before fused turns existed
+                # carry no `fused_turns` (False), so those histories replay on the classic plan.
+                self._fused = self._wants_fused(handle)
                 reason = await self._agent_loop()
                 reward = self._fused_reward or await env.reward(self._messages)
             except GeneratorExit:

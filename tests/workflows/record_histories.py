@@ -68,11 +68,19 @@ async def main(only: set[str]) -> None:
                 cases = {
                     "math_solved": RolloutInput(
                         env="math", task=generate_tasks(1, seed=1, difficulty=3)[0],
-                        model=ModelConfig(base_url=calc.url),
+                        model=ModelConfig(base_url=calc.url), fuse_turns=False,
                     ),
                     "math_bad_model_output": RolloutInput(
                         env="math", task=Task(id="t", prompt="p", ground_truth="1"),
-                        model=ModelConfig(base_url=bad_server.url),
+                        model=ModelConfig(base_url=bad_server.url), fuse_turns=False,
+                    ),
+                    "math_fused": RolloutInput(  # the classic ones above say fuse_turns=False when re-recorded
+                        env="math", task=generate_tasks(1, seed=1, difficulty=3)[0],
+                        model=ModelConfig(base_url=calc.url), fuse_turns=True,
+                    ),
+                    "math_fused_bad_model_output": RolloutInput(
+                        env="math", task=Task(id="t", prompt="p", ground_truth="1"),
+                        model=ModelConfig(base_url=bad_server.url), fuse_turns=True,
                     ),
                     "math_model_down": RolloutInput(
                         env="math", task=Task(id="t", prompt="p", ground_truth="1"),
