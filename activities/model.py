@@ -26,6 +26,7 @@ import email.utils
 import json
 import math
 import time
+import urllib.request
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -177,6 +178,7 @@ class ChatEndpoint:
         self._api_key = api_key
         self._owns_http = http is None
         self._http = http
+        self._proxies: dict[tuple[str, str], str | None] = {}
 
     def _session(self) -> aiohttp.ClientSession:
         # Made on first use, inside the worker's event loop. aiohttp, not httpx: at 16-128 requests
@@ -185,11 +187,23 @@ class ChatEndpoint:
         # at saturation). No pool cap: the worker's activity slots bound it. Idle connections are
         # dropped before uvicorn's 5 s keep-alive (vLLM's and SGLang's servers) closes them: reusing
         # one the server is closing fails the request (a disconnect the bench saw, costing a retry).
-        # trust_env: HTTP(S)_PROXY / NO_PROXY apply, as they did with httpx.
+        # HTTP(S)_PROXY / NO_PROXY apply (`_proxy`), as they did with httpx; not through aiohttp's
+        # trust_env, which reads the environment and ~/.netrc in a thread for every request.
         if self._http is None:
             connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
-            self._http = aiohttp.ClientSession(connector=connector, trust_env=True)
+            self._http = aiohttp.ClientSession(connector=connector)
         return self._http
+
+    def _proxy(self, url: str) -> str | None:
+        """The proxy the environment sets for `url`'s host (None: direct), looked up once per host."""
+        parts = urlsplit(url)
+        key = (parts.scheme, parts.netloc)
+        if key not in self._proxies:
+            proxies = urllib.request.getproxies_environment()
+            host = parts.hostname or ""
+            bypass = urllib.request.proxy_bypass_environment(host, proxies)  # type: ignore[attr-defined]
+            self._proxies[key] = None if bypass else proxies.get(parts.scheme)
+        return self._proxies[key]
 
     async def aclose(self) -> None:
         """Close the owned HTTP client (a client passed in is left to its owner)."""
@@ -260,7 +274,8 @@ class ChatEndpoint:
     async def _post(
         self, url: str, body: dict[str, Any], headers: dict[str, str], limits: aiohttp.ClientTimeout
     ) -> _Response:
-        async with self._session().post(url, json=body, headers=headers, timeout=limits) as response:
+        post = self._session().post(url, json=body, headers=headers, timeout=limits, proxy=self._proxy(url))
+        async with post as response:
             content = await response.read()
             return _Response(status=response.status, headers=response.headers, content=content)
 

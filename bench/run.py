@@ -142,7 +142,7 @@ async def run_scenarios(args: argparse.Namespace, sizes: dict[str, Any], report:
             direct=DirectRunner(BenchEnv(workspace_root=work / "direct-ws")),
         )
         if args.profile:
-            last = [r.label for r in runners if r.kind == "gymflow"][-1]
+            last = [r.label for r in runners if r.kind == "gymflow" and r.plan == FUSED][-1]
             bench.profile = {label: OUT / f"profile_{label}.txt" for label in (BARE, last)}
         try:
             if "a" in args.only:

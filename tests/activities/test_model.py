@@ -271,3 +271,45 @@ async def test_heartbeats_while_waiting(model: ModelActivities, faults: tuple[Fa
 )
 def test_retry_after(header: str | None, seconds: float | None) -> None:
     assert _retry_after(header) == seconds
+
+
+async def test_model_requests_go_through_the_environments_proxy_unless_no_proxy_says_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[str] = []
+
+    async def forward_proxy(scope: Any, receive: Any, send: Any) -> None:
+        """Answers every request itself, as a proxy would after forwarding it; records its target."""
+        if scope["type"] != "http":
+            return
+        seen.append(scope["raw_path"].decode())
+        body = b'{"choices": [{"message": {"role": "assistant", "content": "via proxy"}}]}'
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    request = GenerateInput(
+        model=ModelConfig(base_url="http://model.invalid/v1"),
+        messages=[Message(role="user", content="hi")],
+        rollout_id="r",
+        turn=0,
+    )
+    async with AppServer(forward_proxy) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url.removesuffix("/v1"))
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        activities = ModelActivities(default_base_url=None)
+        try:
+            result = await ActivityEnvironment().run(activities.generate, request)
+        finally:
+            await activities.aclose()
+        assert result.message.content == "via proxy"
+        assert seen == ["http://model.invalid/v1/chat/completions"]  # the absolute form a proxy gets
+        monkeypatch.setenv("NO_PROXY", "model.invalid")
+        activities = ModelActivities(default_base_url=None)
+        try:
+            with pytest.raises(ApplicationError, match="model.invalid") as failed:
+                await ActivityEnvironment().run(activities.generate, request)
+        finally:
+            await activities.aclose()
+        assert failed.value.type == MODEL_ERROR and len(seen) == 1  # direct, and nothing resolves .invalid
