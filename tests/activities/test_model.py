@@ -308,7 +308,7 @@ async def test_model_requests_go_through_the_environments_proxy_unless_no_proxy_
         monkeypatch.setenv("NO_PROXY", "model.invalid")
         activities = ModelActivities(default_base_url=None)
         try:
-            with pytest.raises(ApplicationError, match="model.invalid") as failed:
+            with pytest.raises(ApplicationError, match=r"model\.invalid") as failed:
                 await ActivityEnvironment().run(activities.generate, request)
         finally:
             await activities.aclose()
