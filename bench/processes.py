@@ -130,8 +130,10 @@ def plot(report: dict[str, Any], path: Path) -> None:
         top = (bar.get_x() + bar.get_width() / 2, bar.get_height())
         wall.annotate(f"{bar.get_height():.1f} s\n{rate} rollouts/s", top, ha="center", va="bottom", fontsize=9)
     wall.axhline(report["ideal_rollout_s"], color="grey", ls="--", lw=1, label="one rollout, no overhead")
+    wall.set_ylim(0, max(walls) * 1.2)
     wall.set_ylabel("wall time of the batch (s), best run")
-    wall.set_title(f"{report['scenario']['rollouts']} concurrent rollouts (model 2 s/turn, tool 100 ms, 4 tools)")
+    title = f"{report['scenario']['rollouts']} rollouts at once (model 2 s/turn, tool 100 ms, 4 tools)"
+    wall.set_title(title, fontsize=10)
     wall.legend(loc="lower right", fontsize=8)
     # CPU seconds per process role in each variant's best run.
     for i, label in enumerate(labels):
@@ -140,8 +142,10 @@ def plot(report: dict[str, Any], path: Path) -> None:
         roles = {k: v for k, v in best["cpu_s"].items() if k in mine or k.startswith(label + "/")}
         bottom = 0.0
         for role, seconds in sorted(roles.items()):
-            cpu.bar(i, seconds, bottom=bottom, color="#c8d3e6" if role in mine else "#dd8452", edgecolor="white")
-            cpu.annotate(f"{role} {seconds:.0f}", (i, bottom + seconds / 2), ha="center", va="center", fontsize=7)
+            worker = role == label or role.startswith(label + "/")
+            cpu.bar(i, seconds, bottom=bottom, color="#dd8452" if worker else "#c8d3e6", edgecolor="white")
+            if seconds >= 1.5:  # the policy and the driver take well under a second
+                cpu.annotate(f"{role} {seconds:.1f}", (i, bottom + seconds / 2), ha="center", va="center", fontsize=7)
             bottom += seconds
     cpu.set_xticks(range(len(labels)), labels)
     cpu.set_ylabel("CPU seconds during the best run")
