@@ -198,19 +198,36 @@ async def test_a_killed_child_is_restarted_and_rollouts_go_on(
     async with Fleet(temporal_address, tmp_path) as fleet:
         nodes = [f"{fleet.node}-p0", f"{fleet.node}-p1"]
         await wait_polling(client, [fleet.queue_of(n) for n in nodes])
-        victim = children_by_node(fleet.pid)[nodes[0]]
+        # Rollouts first: a child starts its env (and the env's warm server) on its first rollout.
+        for _, result in await fleet.rollouts(client, calculator_policy_url, 4, seed=3):
+            assert solved(result), (result.termination, result.error)
+
+        def servers_of(pid: int) -> set[tuple[int, int | None]]:
+            return {(p, t) for p, t in descendants(pid) if b"envs.math.servers.calculator" in cmdline(p)}
+
+        holding = await poll_until(
+            lambda: [(n, pid) for n, pid in sorted(children_by_node(fleet.pid).items()) if servers_of(pid)],
+            timeout_s=60,
+            what="a child's warm MCP server",
+        )
+        victim_node, victim = holding[0]
+        held = servers_of(victim)
         os.kill(victim, signal.SIGKILL)
         # A restarted child is a new node (it does not hold the dead one's rollouts).
-        restarted = f"{nodes[0]}-r1"
+        restarted = f"{victim_node}-r1"
         await wait_polling(client, [fleet.queue_of(restarted)])
         new_pid = children_by_node(fleet.pid)[restarted]
         assert new_pid != victim
         assert new_pid in await poller_pids(client, fleet.queue_of(restarted))
+        # What the dead child held is freed (its servers see their stdin close; the reaper kills the rest).
+        await poll_until(
+            lambda: not {(p, t) for p, t in held if start_time(p) == t}, timeout_s=30, what="the orphaned server to go"
+        )
         for _, result in await fleet.rollouts(client, calculator_policy_url, 4, seed=7):
             assert solved(result), (result.termination, result.error)
         assert await fleet.stop() == 0
     restarts = [line for line in fleet.lines() if line.get("event") == "worker process exited; restarting"]
-    assert [(r["node"], r["pid"], r["exit_code"]) for r in restarts] == [(nodes[0], victim, -signal.SIGKILL)]
+    assert [(r["node"], r["pid"], r["exit_code"]) for r in restarts] == [(victim_node, victim, -signal.SIGKILL)]
 
 
 async def test_children_that_keep_crashing_at_start_make_the_supervisor_give_up(
