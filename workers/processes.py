@@ -152,10 +152,6 @@ class Supervisor:
     def __post_init__(self) -> None:
         self.children = [Child(i) for i in range(self.count)]
 
-    def stop(self) -> None:
-        """Stop every child gracefully and return from `run()` (what SIGINT/SIGTERM do)."""
-        self._stop.set()
-
     async def run(self) -> int:
         """Supervise until stopped (0) or until a child keeps crashing at start (1)."""
         loop = asyncio.get_running_loop()

@@ -192,7 +192,7 @@ async def test_two_processes_run_rollouts_on_both_nodes_and_stop_cleanly(
 
 
 @pytest.mark.timeout(240)
-async def test_a_killed_child_is_restarted_and_rollouts_go_on(
+async def test_a_killed_child_is_restarted_and_a_killed_supervisor_takes_its_children_along(
     client: Client, temporal_address: str, calculator_policy_url: str, tmp_path: Path
 ) -> None:
     async with Fleet(temporal_address, tmp_path) as fleet:
@@ -225,7 +225,16 @@ async def test_a_killed_child_is_restarted_and_rollouts_go_on(
         )
         for _, result in await fleet.rollouts(client, calculator_policy_url, 4, seed=7):
             assert solved(result), (result.termination, result.error)
-        assert await fleet.stop() == 0
+        # The supervisor itself killed outright: its children get SIGTERM (PR_SET_PDEATHSIG) and stop.
+        started = descendants(fleet.pid)
+        assert fleet.process is not None
+        fleet.process.kill()
+        await fleet.process.wait()
+        await poll_until(
+            lambda: not {(p, t) for p, t in started if start_time(p) == t},
+            timeout_s=60,
+            what="the children of a killed supervisor to exit",
+        )
     restarts = [line for line in fleet.lines() if line.get("event") == "worker process exited; restarting"]
     assert [(r["node"], r["pid"], r["exit_code"]) for r in restarts] == [(victim_node, victim, -signal.SIGKILL)]
 
