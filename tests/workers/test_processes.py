@@ -23,6 +23,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
 from activities.model import ModelConfig
+from activities.turn import TURN_ACTIVITY
 from envs.math.data import generate_tasks
 from envs.mcp.ledger import start_time
 from workers.cli import main
@@ -31,6 +32,9 @@ from workers.config import Settings
 from workers.processes import Supervisor, child_environment, parse_processes
 from workflows.names import node_queue
 from workflows.schema import RolloutInput, RolloutResult
+
+ENV_ACTIVITIES = ("call_tool", "compute_reward", TURN_ACTIVITY, "release_rollout")
+"""The activities a rollout schedules on its node's queue (math fuses its turns into `play_turn`)."""
 
 
 def descendants(pid: int) -> set[tuple[int, int | None]]:
@@ -168,8 +172,8 @@ async def test_two_processes_run_rollouts_on_both_nodes_and_stop_cleanly(
         for round_ in range(5):  # which child takes an init is the server's choice: run rounds until both did
             for workflow_id, result in await fleet.rollouts(client, calculator_policy_url, 6, seed=round_):
                 results.append(result)
-                used.update(await node_queues_of(client, workflow_id, "call_tool"))
-                used.update(await node_queues_of(client, workflow_id, "compute_reward"))
+                for activity in ENV_ACTIVITIES:
+                    used.update(await node_queues_of(client, workflow_id, activity))
             if len(used) == 2:
                 break
         assert all(solved(r) for r in results), [(r.task_id, r.termination, r.error) for r in results if not solved(r)]
