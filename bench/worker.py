@@ -3,7 +3,8 @@
 `gymflow` runs the real worker (`workers.worker.running_worker`, settings from GYMFLOW_*
 variables as `gymflow worker` reads them) with the benchmark env registered; `bare` runs
 `BareRolloutWorkflow` with the same worker options. It prints ``ready`` once polling and stops on
-SIGTERM/SIGINT.
+SIGTERM/SIGINT. `--processes N` runs N of them under the `gymflow worker --processes` supervisor
+(workers.processes), each printing its own ``ready``.
 """
 
 from __future__ import annotations
@@ -71,12 +72,27 @@ async def serve(mode: str, address: str, task_queue: str) -> None:
         await stop.wait()
 
 
+async def supervise(processes: int, mode: str, address: str, task_queue: str) -> int:
+    """`gymflow worker --processes N` with benchmark workers as its children (each prints ``ready``)."""
+    from workers.processes import Supervisor
+
+    root = Path(tempfile.mkdtemp(prefix="gymflow-bench-supervisor-"))
+    settings = Settings(
+        temporal_address=address, task_queue=task_queue, workspace_root=root / "ws", data_dir=root / "data"
+    )
+    command = [sys.executable, "-m", "bench.worker", "--mode", mode, "--address", address, "--task-queue", task_queue]
+    return await Supervisor(settings, processes, command=command).run()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=["gymflow", "bare"], required=True)
     parser.add_argument("--address", required=True)
     parser.add_argument("--task-queue", required=True)
+    parser.add_argument("--processes", type=int, default=1, help="worker processes (workers.processes)")
     args = parser.parse_args()
+    if args.processes > 1:
+        sys.exit(asyncio.run(supervise(args.processes, args.mode, args.address, args.task_queue)))
     asyncio.run(serve(args.mode, args.address, args.task_queue))
     sys.exit(0)
 

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from envs.registry import EnvFileError, UnknownEnvError, available, env_class
 from workers import logs
 from workers import server as embedded
@@ -34,6 +36,10 @@ def json_text(value: Any) -> str:
     return json.dumps(_finite(value), indent=2, default=str, allow_nan=False)
 
 
+class SettingsError(ValueError):
+    """A GYMFLOW_* variable (or option) that is not a valid setting."""
+
+
 def _settings(args: argparse.Namespace) -> Settings:
     overrides = {
         key: value
@@ -42,10 +48,33 @@ def _settings(args: argparse.Namespace) -> Settings:
             "task_queue": getattr(args, "task_queue", None),
             "data_dir": getattr(args, "data_dir", None),
             "ui_port": getattr(args, "ui_port", None),
+            "worker_processes": getattr(args, "processes", None),
         }.items()
         if value is not None
     }
-    return Settings(**overrides)
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise SettingsError(f"invalid setting (a GYMFLOW_* variable): {exc}") from exc
+
+
+def _processes(text: str) -> int | str:
+    from workers.processes import parse_processes
+
+    try:
+        return parse_processes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--processes ")) from exc
+
+
+def _worker_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("worker", help="run a worker (shared queue + this node's queue)")
+    _common(p)
+    p.add_argument(
+        "--processes",
+        type=_processes,
+        help="worker processes on this node: N or `auto` (one per core); default 1 (GYMFLOW_WORKER_PROCESSES)",
+    )
 
 
 def _batch_args(parser: argparse.ArgumentParser, *, n: int) -> None:
@@ -183,8 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--background", action="store_true", help="start detached and return")
     mode.add_argument("--stop", action="store_true", help="stop a server started with --background or by demo")
 
-    p = sub.add_parser("worker", help="run a worker (shared queue + this node's queue)")
-    _common(p)
+    _worker_args(sub)
 
     p = sub.add_parser("demo", help="server + worker + baseline policy + a batch of real rollouts")
     _common(p)
@@ -242,15 +270,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(fmt=args.log_format, level=logging.INFO if args.verbose else logging.WARNING)
     try:
         code = _dispatch(args)
-        if argv is None and args.command in {"inspect", "status"}:
-            # A short-lived client process can abort in interpreter teardown while the SDK's Rust
-            # threads wind down (temporalio/sdk-python#300, "PyGILState_Release ... finalizing"):
-            # the output is complete, so the console script leaves without the teardown.
+        if argv is None and (args.command in {"inspect", "status"} or (args.command == "worker" and code)):
+            # A short-lived client process (or a worker that could not connect) can abort in teardown
+            # while the SDK's Rust threads wind down (temporalio/sdk-python#300, "PyGILState_Release
+            # ... finalizing"): the output is complete, so the console script leaves without the teardown.
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
         return code
     except (embedded.ServerError, UnknownEnvError, EnvFileError) as exc:
+        print(f"gymflow: {exc}", file=sys.stderr)
+        return 2
+    except SettingsError as exc:
         print(f"gymflow: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -287,9 +318,18 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command in {"inspect", "status"}:
         return asyncio.run(_look(args, settings))
     if args.command == "worker":
-        from workers.worker import run_worker
+        if settings.process_count > 1:
+            from workers.processes import supervise, worker_command
 
-        asyncio.run(run_worker(settings))
+            command = worker_command(log_format=args.log_format, verbose=args.verbose)
+            return asyncio.run(supervise(settings, command=command))
+        from workers.worker import WorkerStartError, run_worker
+
+        try:
+            asyncio.run(run_worker(settings))
+        except WorkerStartError as exc:
+            print(f"gymflow worker: {exc}", file=sys.stderr)
+            return 2
         return 0
     return _batch(args, settings)
 

@@ -13,6 +13,7 @@ import socket
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Annotated, Literal
 from urllib.parse import quote
 
 from pydantic import Field, SecretStr
@@ -91,6 +92,10 @@ class Settings(BaseSettings):
     env_nice: int = Field(default=5, ge=0, le=19)
     """Niceness added to the processes env work starts (MCP servers, sandboxed runs, the pool), so
     the worker's heartbeats and workflow tasks are never starved by the work they schedule."""
+    worker_processes: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
+    """Worker processes `gymflow worker` runs on this node (`auto`: one per usable core). Above 1 it
+    supervises that many full workers, each with its own node id `<node_id>-p<i>` and a 1/N share of
+    this node's admission slots, warm pool and workflow task slots (workers.processes)."""
     max_concurrent_activities: int = 256
     """Activity slots per worker (per queue)."""
     max_concurrent_local_activities: int = 256
@@ -141,6 +146,11 @@ class Settings(BaseSettings):
             cpu_workers=self.cpu_workers or detected.cpu_workers,
             window=detected.window,
         )
+
+    @property
+    def process_count(self) -> int:
+        """`worker_processes` as a number: `auto` is one per usable core (as `Capacity.detect` counts)."""
+        return usable_cpus() if self.worker_processes == "auto" else self.worker_processes
 
     @property
     def workflow_task_slots(self) -> int:

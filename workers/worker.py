@@ -229,16 +229,25 @@ async def running_worker(
             await datasets.aclose()
 
 
+class WorkerStartError(RuntimeError):
+    """The worker cannot start (its Temporal server is unreachable)."""
+
+
 async def run_worker(settings: Settings) -> None:
     """Run a worker until SIGINT/SIGTERM (the `gymflow worker` command)."""
     from workers.client import connect, data_converter
 
-    # Encryption and external payload storage, as the deployment's config sets them (workers.client).
-    converter = data_converter(settings)
-    client = await connect(settings.temporal_address, namespace=settings.namespace, data_converter=converter)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with running_worker(client, settings):
-        await stop.wait()
+    # Every line of the process names its node (one of several worker processes of a host: workers.processes).
+    with structlog.contextvars.bound_contextvars(node=settings.node_id):
+        # Encryption and external payload storage, as the deployment's config sets them (workers.client).
+        converter = data_converter(settings)
+        try:
+            client = await connect(settings.temporal_address, namespace=settings.namespace, data_converter=converter)
+        except RuntimeError as exc:  # the SDK's "Failed client connect: ..."
+            raise WorkerStartError(f"cannot reach the Temporal server at {settings.temporal_address}: {exc}") from exc
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with running_worker(client, settings):
+            await stop.wait()
