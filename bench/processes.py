@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
 
 from bench.direct import DirectRunner  # noqa: E402
 from bench.procs import Procs, load, start_policy, start_server  # noqa: E402
-from bench.scenarios import Bench, Runner, batch, side_by_side  # noqa: E402
+from bench.scenarios import FUSED, Bench, Runner, batch, side_by_side  # noqa: E402
 from bench.workload import BenchEnv  # noqa: E402
 from workers import client as sdk  # noqa: E402
 
@@ -70,7 +70,7 @@ async def main_async(processes: list[int], repeats: int) -> dict[str, Any]:
             label = f"{n}-process" + ("es" if n > 1 else "")
             queue = f"bench-procs-{n}-{uuid.uuid4().hex[:6]}"
             await start_workers(procs, label, processes=n, address=address, task_queue=queue)
-            runners.append(Runner(label, "gymflow", task_queue=queue))
+            runners.append(Runner(label, "gymflow", task_queue=queue, plan=FUSED))  # the bench env's default plan
         bench = Bench(client, procs, policy_base, DirectRunner(BenchEnv()))
         for runner in runners:  # warm-up: connections, caches, imports in every process
             await batch(bench, runner, rollouts=16, concurrency=16, tool_turns=1, model_s=0, tool_s=0)
