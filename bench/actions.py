@@ -161,7 +161,13 @@ def rollout_input(policy_base: str, tool_turns: int, index: int) -> RolloutInput
 
 
 async def count_plans(
-    client: Client, policy_base: str, *, tool_turns: int, task_queue: str, plans: list[tuple[str, dict[str, Any]]]
+    client: Client,
+    policy_base: str,
+    *,
+    tool_turns: int,
+    task_queue: str,
+    plans: list[tuple[str, dict[str, Any]]],
+    id_prefix: str = "actions",
 ) -> dict[str, Any]:
     """One rollout per plan on `task_queue`; label -> counts (or why the plan was skipped)."""
     rows: dict[str, Any] = {}
@@ -170,7 +176,7 @@ async def count_plans(
         if plan is None:
             rows[label] = {"skipped": f"RolloutInput has no field among {sorted(overrides)} on this commit"}
             continue
-        workflow_id = f"actions-{label}-{index}"
+        workflow_id = f"{id_prefix}-{label}-{index}"
         result = await sdk.run_rollout(client, plan, task_queue=task_queue, workflow_id=workflow_id)
         if result.reward is None or result.reward.total != 1.0 or result.tool_calls != tool_turns:
             raise RuntimeError(f"plan {label}: the rollout did not finish as expected: {result.termination}")

@@ -34,7 +34,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client
 
 from activities.model import ModelConfig
@@ -86,10 +86,11 @@ async def sampled(procs: Procs, roles: list[str], every_s: float = 1.0) -> Async
 
 
 async def schedule_to_start(client: Client, workflow_ids: list[str]) -> dict[str, Any]:
-    """Schedule-to-start latencies (ms) of every activity and workflow task of these rollouts, and their counts."""
+    """Schedule-to-start latencies (ms) of every activity and workflow task of these rollouts; their counts,
+    retried attempts (a retry shows only as the next attempt's number and last failure) and timeouts."""
     activity: list[float] = []
     wft: list[float] = []
-    counts = {"activities": 0, "workflow_tasks": 0}
+    counts = {"activities": 0, "workflow_tasks": 0, "retried_attempts": 0, "heartbeat_timeouts": 0, "timeouts": 0}
     limit = asyncio.Semaphore(16)
 
     async def one(workflow_id: str) -> None:
@@ -104,7 +105,13 @@ async def schedule_to_start(client: Client, workflow_ids: list[str]) -> dict[str
                 key = "activities" if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED else "workflow_tasks"
                 counts[key] += 1
             elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-                activity.append(at - scheduled[event.activity_task_started_event_attributes.scheduled_event_id])
+                attrs = event.activity_task_started_event_attributes
+                activity.append(at - scheduled[attrs.scheduled_event_id])  # the last attempt's
+                counts["retried_attempts"] += max(0, attrs.attempt - 1)
+                timeout = attrs.last_failure.timeout_failure_info.timeout_type if attrs.attempt > 1 else None
+                counts["heartbeat_timeouts"] += timeout == TimeoutType.TIMEOUT_TYPE_HEARTBEAT
+            elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+                counts["timeouts"] += 1
             elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
                 wft.append(at - scheduled[event.workflow_task_started_event_attributes.scheduled_event_id])
 
