@@ -79,6 +79,8 @@ class Measured:
     """Off-CPU orchestration latency per round trip at light load (polls, transfer queue)."""
     worker_mb_per_rollout: float
     db_bytes_per_rollout: float
+    server_cpu_per_heartbeat_s: float = 0.0
+    """The server's CPU per activity heartbeat that reaches it (slow model turns heartbeat)."""
 
 
 @dataclass(frozen=True)
@@ -115,11 +117,15 @@ def size(concurrency: int, workload: Workload, m: Measured, a: Assumptions = Ass
     duration = workload.ideal_s + m.round_trips * m.overhead_per_round_trip_s
     rollouts_per_s = concurrency / duration
     transitions_per_s = rollouts_per_s * m.state_transitions
-    cloud = m.billable_actions + m.heartbeating_turns * heartbeats_per_turn(workload.model_s, a)
+    heartbeats = m.heartbeating_turns * heartbeats_per_turn(workload.model_s, a)
+    heartbeats_per_s = rollouts_per_s * heartbeats
+    writes_per_s = transitions_per_s + heartbeats_per_s  # a heartbeat updates the activity's mutable state
+    cloud = m.billable_actions + heartbeats
     cloud_aps = rollouts_per_s * cloud
-    server_cores = transitions_per_s * m.server_cpu_per_transition_s / a.cpu_utilisation
+    server_cpu = transitions_per_s * m.server_cpu_per_transition_s + heartbeats_per_s * m.server_cpu_per_heartbeat_s
+    server_cores = server_cpu / a.cpu_utilisation
     per_shard = a.shard_utilisation / a.persistence_write_s  # writes/s one shard sustains
-    shards = pow2(transitions_per_s / per_shard * 4)  # x4 headroom: hashing skew, bursts, growth
+    shards = pow2(writes_per_s / per_shard * 4)  # x4 headroom: hashing skew, bursts, growth
     worker_cores = rollouts_per_s * m.worker_cpu_per_rollout_s / a.cpu_utilisation
     workers = max(math.ceil(concurrency / a.worker_slots), math.ceil(worker_cores / a.cores_per_worker))
     return {
@@ -130,11 +136,12 @@ def size(concurrency: int, workload: Workload, m: Measured, a: Assumptions = Ass
         "activities_per_s": round(rollouts_per_s * m.activities),
         "workflow_tasks_per_s": round(rollouts_per_s * m.round_trips),
         "state_transitions_per_s": round(transitions_per_s),
+        "heartbeats_per_s": round(heartbeats_per_s),
         "server_cores": math.ceil(server_cores),
-        "shards_min": math.ceil(transitions_per_s / per_shard),
+        "shards_min": math.ceil(writes_per_s / per_shard),
         "shards": shards,
         "rollouts_per_shard": round(concurrency / shards, 1),
-        "db_writes_per_s": round(transitions_per_s),
+        "db_writes_per_s": round(writes_per_s),
         "db_gb_per_day": round(rollouts_per_s * 86400 * m.db_bytes_per_rollout / 1e9, 1),
         "worker_cores": math.ceil(worker_cores),
         "worker_processes": workers,

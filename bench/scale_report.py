@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.actions import heartbeats_per_turn
 from bench.scale_model import Measured, Workload, simulate, size
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -76,6 +77,10 @@ def plans(runs: dict[str, Any], actions: dict[str, Any]) -> dict[str, Measured]:
     rss = held["memory"]
     worker_mb = (rss["gymflow_rss_mb_peak"] - rss["gymflow_rss_mb_before"]) / held["concurrency"]
     per_round_trip = light["wall_s"] / light["rollouts"] / classic["workflow_tasks"]
+    # The held run's slow turns heartbeat; the throughput run's do not: the difference, per heartbeat.
+    held_heartbeats = classic["activities_by_type"]["generate"] * heartbeats_per_turn(held["workload"]["model_s"])
+    per_heartbeat = (held["server_cpu_ms_per_rollout"] - sat["server_cpu_ms_per_rollout"]) / 1000 / held_heartbeats
+    per_heartbeat = max(0.0, per_heartbeat) if held_heartbeats else 0.0
     out = {}
     for label, row in actions["plans"].items():
         if "skipped" in row:
@@ -91,6 +96,7 @@ def plans(runs: dict[str, Any], actions: dict[str, Any]) -> dict[str, Measured]:
             overhead_per_round_trip_s=per_round_trip,
             worker_mb_per_rollout=max(0.0, worker_mb),
             db_bytes_per_rollout=held["db_bytes_per_rollout"] * row["history_bytes"] / classic["history_bytes"],
+            server_cpu_per_heartbeat_s=per_heartbeat,
         )
     return out
 
@@ -159,13 +165,13 @@ def tables(out: dict[str, Any]) -> str:
                      f"{v['run_cores']} | {v['run_cpu_ms_per_step']} | {v['measured_wall_s']} s | "
                      f"{v['predicted_wall_s']} s | {v['error']:+.0%} | {v['given_cpu_wall_s']} s | "
                      f"{v['given_cpu_error']:+.0%} |")  # fmt: skip
-    lines += ["", "| plan | C | model s/turn | rollout s | activities/s | state transitions/s | server cores | shards "
+    lines += ["", "| plan | C | model s/turn | rollout s | activities/s | DB writes/s | server cores | shards "
               "| DB GB/day retained | worker processes (nodes) | worker cache GB | Cloud actions/s | x default 500 |",
               "|---" * 13 + "|"]  # fmt: skip
     for r in out["deployment"]["rows"]:
         lines.append(
             f"| {r['plan']} | {r['concurrency']:,} | {r['workload']['model_s']} | {r['rollout_s']} | "
-            f"{r['activities_per_s']:,} | {r['state_transitions_per_s']:,} | {r['server_cores']} | {r['shards']} | "
+            f"{r['activities_per_s']:,} | {r['db_writes_per_s']:,} | {r['server_cores']} | {r['shards']} | "
             f"{r['db_gb_per_day']} | {r['worker_processes']} ({r['worker_nodes']}) | {r['worker_cache_gb']} | "
             f"{r['cloud_aps']:,} | {r['cloud_x_default']} |"
         )
