@@ -88,7 +88,9 @@ class Assumptions:
     """What is not measured here: a production cluster's figures, stated, to be replaced by yours."""
 
     persistence_write_s: float = 0.005
-    """Latency of one shard write (SQL on a good disk: a few ms; Cassandra LWT: often more)."""
+    """Latency of one shard write (SQL on a good disk: a few ms)."""
+    cassandra_write_s: float = 0.010
+    """The same on Cassandra, where each write is a lightweight transaction (Paxos round trips)."""
     shard_utilisation: float = 0.5
     """Keep shards at most half busy: a busy shard queues every workflow hashed to it."""
     cpu_utilisation: float = 0.7
@@ -106,6 +108,20 @@ def heartbeats_per_turn(model_s: float, a: Assumptions) -> int:
     if model_s <= a.heartbeat_every_s:
         return 0
     return 1 + math.floor((model_s - a.heartbeat_every_s) / a.heartbeat_throttle_s)
+
+
+def per_unit(workload: Workload, m: Measured, a: Assumptions = Assumptions()) -> dict[str, float]:
+    """Concurrent rollouts one history shard (SQL, Cassandra) and one server core sustain at this workload."""
+    duration = workload.ideal_s + m.round_trips * m.overhead_per_round_trip_s
+    heartbeats = m.heartbeating_turns * heartbeats_per_turn(workload.model_s, a)
+    writes = (m.state_transitions + heartbeats) / duration  # per rollout in flight, per second
+    cpu = (m.state_transitions * m.server_cpu_per_transition_s + heartbeats * m.server_cpu_per_heartbeat_s) / duration
+    return {
+        "rollouts_per_shard_sql": round(a.shard_utilisation / a.persistence_write_s / writes),
+        "rollouts_per_shard_cassandra": round(a.shard_utilisation / a.cassandra_write_s / writes),
+        "rollouts_per_server_core": round(a.cpu_utilisation / cpu),
+        "writes_per_rollout": m.state_transitions + heartbeats,
+    }
 
 
 def pow2(n: float) -> int:
@@ -142,6 +158,8 @@ def size(concurrency: int, workload: Workload, m: Measured, a: Assumptions = Ass
         "shards": shards,
         "rollouts_per_shard": round(concurrency / shards, 1),
         "db_writes_per_s": round(writes_per_s),
+        "shards_cassandra": pow2(writes_per_s * a.cassandra_write_s / a.shard_utilisation * 4),
+        "frontend_rps": round(rollouts_per_s * (2 * m.activities + 2 * m.round_trips + 2) + heartbeats_per_s),
         "db_gb_per_day": round(rollouts_per_s * 86400 * m.db_bytes_per_rollout / 1e9, 1),
         "worker_cores": math.ceil(worker_cores),
         "worker_processes": workers,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.actions import heartbeats_per_turn
-from bench.scale_model import Measured, Workload, simulate, size
+from bench.scale_model import Measured, Workload, per_unit, simulate, size
 
 OUT = Path(__file__).resolve().parent / "out"
 ACTIONS = OUT / "actions.json"
@@ -107,7 +107,7 @@ def deployment(measured: dict[str, Measured], runs: dict[str, Any]) -> dict[str,
     for concurrency, model_s in LOADS:
         workload = Workload(4, model_s, TOOL_S)
         for label, m in measured.items():
-            row = {"plan": label, **size(concurrency, workload, m)}
+            row = {"plan": label, **size(concurrency, workload, m), **per_unit(workload, m)}
             if concurrency == 10_000:
                 server_per_step = m.server_cpu_per_transition_s * m.state_transitions / m.activities
                 fused = label == "fused"
@@ -165,13 +165,16 @@ def tables(out: dict[str, Any]) -> str:
                      f"{v['run_cores']} | {v['run_cpu_ms_per_step']} | {v['measured_wall_s']} s | "
                      f"{v['predicted_wall_s']} s | {v['error']:+.0%} | {v['given_cpu_wall_s']} s | "
                      f"{v['given_cpu_error']:+.0%} |")  # fmt: skip
-    lines += ["", "| plan | C | model s/turn | rollout s | activities/s | DB writes/s | server cores | shards "
-              "| DB GB/day retained | worker processes (nodes) | worker cache GB | Cloud actions/s | x default 500 |",
-              "|---" * 13 + "|"]  # fmt: skip
+    lines += ["", "| plan | C | model s/turn | rollout s | activities/s | DB writes/s | frontend RPS | server cores "
+              "| shards SQL / Cassandra | rollouts per shard SQL / Cassandra / per core | DB GB/day retained "
+              "| worker processes (nodes) | worker cache GB | Cloud actions/s | x default 500 |",
+              "|---" * 15 + "|"]  # fmt: skip
     for r in out["deployment"]["rows"]:
         lines.append(
             f"| {r['plan']} | {r['concurrency']:,} | {r['workload']['model_s']} | {r['rollout_s']} | "
-            f"{r['activities_per_s']:,} | {r['db_writes_per_s']:,} | {r['server_cores']} | {r['shards']} | "
+            f"{r['activities_per_s']:,} | {r['db_writes_per_s']:,} | {r['frontend_rps']:,} | {r['server_cores']} | "
+            f"{r['shards']} / {r['shards_cassandra']} | {r['rollouts_per_shard_sql']} / "
+            f"{r['rollouts_per_shard_cassandra']} / {r['rollouts_per_server_core']} | "
             f"{r['db_gb_per_day']} | {r['worker_processes']} ({r['worker_nodes']}) | {r['worker_cache_gb']} | "
             f"{r['cloud_aps']:,} | {r['cloud_x_default']} |"
         )
