@@ -54,12 +54,14 @@ HEARTBEAT_THROTTLE_S = 8.0
 """The SDK sends at most one heartbeat per 80 % of the heartbeat timeout to the server."""
 
 PLANS: list[tuple[str, dict[str, Any]]] = [
-    ("classic", {}),
-    ("local", {"model": {"local_activity": True}}),
+    ("classic", {"fuse_turns": False}),
+    ("local", {"model": {"local_activity": True}, "fuse_turns": False}),
     ("fused", {"fuse_turns": True}),
 ]
-"""Rollout plans: label -> overrides of RolloutInput. A plan whose fields RolloutInput does not have
-(yet) is reported as skipped, not run: `fused` runs once `RolloutInput.fuse_turns` exists."""
+"""Rollout plans: label -> overrides of RolloutInput. One activity per model turn and per tool call
+(classic; the bench env fuses by default, so it is asked not to), model turns as local activities,
+one activity per turn (fused: activities.turn). A plan whose fields RolloutInput lacks (an older
+commit) is reported as skipped, not run."""
 
 
 def heartbeats_per_turn(model_s: float) -> int:

@@ -135,9 +135,10 @@ async def batch(
     concurrency: int,
     rollouts: int,
     workload: Workload,
+    plan: str,
 ) -> dict[str, Any]:
     """`rollouts` rollouts, `concurrency` at a time; the figures of the batch."""
-    model = ModelConfig(base_url=endpoint(policy, workload.model_s))
+    model = ModelConfig(base_url=endpoint(policy, workload.model_s), local_activity=plan == "local")
     limits = RolloutLimits(max_turns=workload.tool_turns + 1)
     window = asyncio.Semaphore(concurrency)
     durations: list[float] = []
@@ -148,15 +149,15 @@ async def batch(
         async with window:
             started = time.perf_counter()
             result = await sdk.run_rollout(
-                client, RolloutInput(env=ENV_NAME, task=task, model=model, limits=limits), task_queue=QUEUE,
-                workflow_id=ids[i],
+                client, RolloutInput(env=ENV_NAME, task=task, model=model, limits=limits, fuse_turns=plan == "fused"),
+                task_queue=QUEUE, workflow_id=ids[i],
             )  # fmt: skip
             durations.append(time.perf_counter() - started)
         if result.reward is None or result.reward.total != 1.0:
             raise RuntimeError(f"{label}: rollout {i} did not finish as expected: {result.termination}")
 
     db_before = dir_bytes(db_dir)
-    record: dict[str, Any] = {"label": label, "concurrency": concurrency, "rollouts": rollouts}
+    record: dict[str, Any] = {"label": label, "plan": plan, "concurrency": concurrency, "rollouts": rollouts}
     record["workload"] = {"tool_turns": workload.tool_turns, "model_s": workload.model_s, "tool_s": workload.tool_s}
     record["load_before"] = load()
     cpu_before = procs.cpu()
@@ -205,10 +206,10 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 continue
             runs[label] = await batch(
                 client, procs, policy, work / "server", label=label, concurrency=concurrency, rollouts=rollouts,
-                workload=workload,
+                workload=workload, plan=args.plan,
             )  # fmt: skip
         runs.pop("warm-up", None)
-        return {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(), "runs": runs}
+        return {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(), "plan": args.plan, "runs": runs}
     finally:
         procs.stop_all()
         shutil.rmtree(work, ignore_errors=True)
@@ -220,6 +221,9 @@ def main() -> None:
     parser.add_argument("--held-model-s", type=float, default=40.0, help="model latency per turn of the held run")
     parser.add_argument("--light", type=int, default=8, help="rollouts of the one-at-a-time run")
     parser.add_argument("--throughput", type=int, default=256, help="rollouts of the saturation run")
+    parser.add_argument("--plan", choices=["classic", "local", "fused"], default="classic",
+                        help="rollout plan of every run (bench.actions.PLANS); the sizing's per-transition cost "
+                        "comes from this plan's throughput run")  # fmt: skip
     parser.add_argument("--skip", nargs="*", default=[], help="runs to leave out (e.g. held)")
     parser.add_argument("--from-json", type=Path, help="re-model a previous scale.json's measured runs")
     args = parser.parse_args()

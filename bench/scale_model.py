@@ -44,13 +44,18 @@ class Workload:
     model_s: float = 2.0
     tool_s: float = 0.1
 
-    def step_latencies(self, *, fused: bool = False) -> list[float]:
-        """Off-CPU latency of each activity step of gymflow's plan: init, (model, tool) x turns, model, reward.
+    def step_latencies(self, plan: str = "classic") -> list[float]:
+        """Off-CPU latency after each activity step of a rollout, by plan (bench.actions.PLANS).
 
-        Fused: the tool call runs inside the model turn's activity, the reward inside the last one."""
-        if fused:
-            return [0.0] + [self.model_s + self.tool_s] * self.tool_turns + [self.model_s]
-        return [0.0] + [self.model_s, self.tool_s] * self.tool_turns + [self.model_s, 0.0]
+        classic: init, (model, tool) x turns, model, reward. local: the model turns run in the
+        workflow's own tasks, between init, the tool calls and the reward. fused: init, then one
+        activity per turn (model and tool call; the last one with the reward)."""
+        m, t, k = self.model_s, self.tool_s, self.tool_turns
+        if plan == "fused":
+            return [0.0] + [m + t] * k + [m]
+        if plan == "local":
+            return [m] + [t + m] * k + [0.0]
+        return [0.0] + [m, t] * k + [m, 0.0]
 
     @property
     def ideal_s(self) -> float:

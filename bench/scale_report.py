@@ -47,7 +47,7 @@ def predict(run: dict[str, Any], cal: dict[str, float]) -> dict[str, Any]:
     simulation given the run's own CPU per step and CPU share (what other agents left it varies from run to run),
     which checks the queueing and latency structure alone."""
     w = run["workload"]
-    latencies = Workload(w["tool_turns"], w["model_s"], w["tool_s"]).step_latencies()
+    latencies = Workload(w["tool_turns"], w["model_s"], w["tool_s"]).step_latencies(run.get("plan", "classic"))
     common = {"concurrency": run["concurrency"], "rollouts": run["rollouts"], "latencies": latencies, "servers": 1}
     blind = simulate(**common, service_s=cal["service_s"], speed=cal["cores"], overhead_s=cal["overhead_s"])
     steps = run["schedule_to_start"]["activities"]
@@ -69,16 +69,17 @@ def predict(run: dict[str, Any], cal: dict[str, float]) -> dict[str, Any]:
     }
 
 
-def plans(runs: dict[str, Any], actions: dict[str, Any]) -> dict[str, Measured]:
-    """Measured per-rollout figures of each plan bench.actions counted (classic measured here, others scaled)."""
+def plans(runs: dict[str, Any], actions: dict[str, Any], measured_plan: str) -> dict[str, Measured]:
+    """Measured per-rollout figures of each plan bench.actions counted: the runs' plan measured here, the
+    others scaled by their state transitions (server CPU), round trips (latency) and history bytes (DB)."""
     sat, held, light = runs["throughput"], runs.get("held") or runs["throughput"], runs["light"]
-    classic = actions["plans"]["classic"]
+    classic = actions["plans"][measured_plan]
     server_per_transition = sat["server_cpu_ms_per_rollout"] / 1000 / classic["state_transitions"]
     rss = held["memory"]
     worker_mb = (rss["gymflow_rss_mb_peak"] - rss["gymflow_rss_mb_before"]) / held["concurrency"]
     per_round_trip = light["wall_s"] / light["rollouts"] / classic["workflow_tasks"]
     # The held run's slow turns heartbeat; the throughput run's do not: the difference, per heartbeat.
-    held_heartbeats = classic["activities_by_type"]["generate"] * heartbeats_per_turn(held["workload"]["model_s"])
+    held_heartbeats = heartbeating(classic) * heartbeats_per_turn(held["workload"]["model_s"])
     per_heartbeat = (held["server_cpu_ms_per_rollout"] - sat["server_cpu_ms_per_rollout"]) / 1000 / held_heartbeats
     per_heartbeat = max(0.0, per_heartbeat) if held_heartbeats else 0.0
     out = {}
@@ -90,7 +91,7 @@ def plans(runs: dict[str, Any], actions: dict[str, Any]) -> dict[str, Measured]:
             round_trips=row["workflow_tasks"],
             state_transitions=row["state_transitions"],
             billable_actions=row["billable_actions"],
-            heartbeating_turns=row["activities_by_type"].get("generate", 0),
+            heartbeating_turns=heartbeating(row),
             server_cpu_per_transition_s=server_per_transition,
             worker_cpu_per_rollout_s=sat["worker_cpu_ms_per_rollout"] / 1000,
             overhead_per_round_trip_s=per_round_trip,
@@ -99,6 +100,11 @@ def plans(runs: dict[str, Any], actions: dict[str, Any]) -> dict[str, Measured]:
             server_cpu_per_heartbeat_s=per_heartbeat,
         )
     return out
+
+
+def heartbeating(counts: dict[str, Any]) -> int:
+    """Model turns run as activities with a heartbeat timeout: generate (classic) and play_turn (fused)."""
+    return sum(counts["activities_by_type"].get(name, 0) for name in ("generate", "play_turn"))
 
 
 def deployment(measured: dict[str, Measured], runs: dict[str, Any]) -> dict[str, Any]:
@@ -110,11 +116,8 @@ def deployment(measured: dict[str, Measured], runs: dict[str, Any]) -> dict[str,
             row = {"plan": label, **size(concurrency, workload, m), **per_unit(workload, m)}
             if concurrency == 10_000:
                 server_per_step = m.server_cpu_per_transition_s * m.state_transitions / m.activities
-                fused = label == "fused"
                 sim = simulate(
-                    concurrency=concurrency, rollouts=3 * concurrency,
-                    latencies=workload.step_latencies(fused=fused) if fused or label == "classic"
-                    else local_latencies(workload),
+                    concurrency=concurrency, rollouts=3 * concurrency, latencies=workload.step_latencies(label),
                     service_s=server_per_step, servers=row["server_cores"],
                     overhead_s=m.overhead_per_round_trip_s * m.round_trips / m.activities,
                 )  # fmt: skip
@@ -129,18 +132,13 @@ def deployment(measured: dict[str, Measured], runs: dict[str, Any]) -> dict[str,
     return {"rows": rows}
 
 
-def local_latencies(w: Workload) -> list[float]:
-    """Local model turns: the server sees init, then per turn one workflow task + tool activity, reward."""
-    return [w.model_s] + [w.tool_s + w.model_s] * w.tool_turns + [0.0]
-
-
 def report(runs: dict[str, Any]) -> dict[str, Any]:
     if not ACTIONS.exists():
         raise SystemExit(f"{ACTIONS} is missing: run `python -m bench.actions` first")
     actions = json.loads(ACTIONS.read_text())
     cal = calibrate(runs["runs"])
     validation = {label: predict(run, cal) for label, run in runs["runs"].items()}
-    measured = plans(runs["runs"], actions)
+    measured = plans(runs["runs"], actions, runs.get("plan", "classic"))
     out = {
         "measured": runs,
         "actions": actions["plans"],

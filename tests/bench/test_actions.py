@@ -12,15 +12,14 @@ from workers.policy_server import AppServer, build_app
 from workers.worker import RunningWorker
 
 
-async def test_counts_of_the_classic_and_local_plans(client: Client, worker: RunningWorker) -> None:
+async def test_counts_of_the_three_plans(client: Client, worker: RunningWorker) -> None:
     from bench.workload import LatencyMiddleware
 
     async with AppServer(LatencyMiddleware(build_app(BenchPolicy()))) as server:
         base = server.url.removesuffix("/v1")
-        plans = [(label, o) for label, o in PLANS if label in ("classic", "local")]
-        rows = await count_plans(client, base, tool_turns=4, task_queue=worker.task_queue, plans=plans,
+        rows = await count_plans(client, base, tool_turns=4, task_queue=worker.task_queue, plans=PLANS,
                                  id_prefix=f"test-actions-{uuid.uuid4().hex[:8]}")  # fmt: skip
-    classic, local = rows["classic"], rows["local"]
+    classic, local, fused = rows["classic"], rows["local"], rows["fused"]
     assert classic["activities_by_type"] == {"init_rollout": 1, "generate": 5, "call_tool": 4, "compute_reward": 1}
     assert classic["workflow_tasks"] >= 12  # one per activity completion, plus the first
     assert classic["local_activities"] == 0
@@ -34,6 +33,10 @@ async def test_counts_of_the_classic_and_local_plans(client: Client, worker: Run
     assert local["billable"]["local_activity_workflow_tasks"] == 5  # one model turn per workflow task
     assert local["workflow_tasks"] < classic["workflow_tasks"]
     assert local["history_bytes"] < classic["history_bytes"]
+    # fused: one activity per turn (the tool call inside it, the reward inside the last one)
+    assert fused["activities_by_type"] == {"init_rollout": 1, "play_turn": 5}
+    assert fused["billable_actions"] == 1 + 6 + fused["search_attribute_upserts"]
+    assert fused["state_transitions"] < classic["state_transitions"]
 
 
 def test_a_plan_with_a_field_rollout_input_lacks_is_skipped() -> None:

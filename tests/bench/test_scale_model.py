@@ -20,6 +20,13 @@ def test_one_rollout_at_a_time_takes_its_latencies_plus_service_and_overhead_per
     assert result.wait_per_step_s == 0.0
 
 
+@pytest.mark.parametrize(("plan", "steps"), [("classic", 11), ("local", 6), ("fused", 6)])
+def test_every_plan_waits_for_the_same_model_and_tools(plan: str, steps: int) -> None:
+    latencies = WORKLOAD.step_latencies(plan)
+    assert len(latencies) == steps  # the activities bench.actions counts for the plan
+    assert sum(latencies) == pytest.approx(WORKLOAD.ideal_s)
+
+
 def test_low_load_is_close_to_ideal() -> None:
     result = simulate(concurrency=100, rollouts=300, latencies=WORKLOAD.step_latencies(), service_s=0.001, servers=8)
     assert result.duration_p50_s == pytest.approx(WORKLOAD.ideal_s, rel=0.01)
