@@ -14,10 +14,9 @@ local activities: 1 per workflow task that records any (all RecordMarker command
 task count as one); each UpsertSearchAttributes command 1 (attributes set at start are excluded);
 timers, signals 1 each; a child workflow 2 (start + execution). Patch markers, memo upserts
 (WorkflowPropertiesModified) and workflow tasks themselves are not in that list and are not
-counted. Activity heartbeats that reach the server are billable but are not in history: the
-generate activity heartbeats every ~3.3 s after its first 3.3 s and the SDK throttles heartbeats to
-80 % of the 10 s heartbeat timeout, so a turn of `m` seconds sends about `heartbeats_per_turn(m)`;
-`bench.scale` adds those for its latencies (zero here).
+counted. Activity heartbeats that reach the server are billable but are not in history:
+`bench.scale_model.heartbeats_per_turn` estimates them per model turn, and the sizing adds them
+(none here: zero-latency turns never heartbeat).
 
 Plans are `(label, overrides)`: the overrides are merged into the rollout's `RolloutInput` (as
 its JSON form), so a new plan is one line.
@@ -28,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import shutil
 import tempfile
 from collections import Counter
@@ -48,11 +46,6 @@ from workflows.schema import RolloutInput, RolloutLimits
 OUT = Path(__file__).resolve().parent / "out"
 QUEUE = "bench-actions"
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
-HEARTBEAT_EVERY_S = 10 / 3
-"""activities.model heartbeats at a third of the generate activity's 10 s heartbeat timeout."""
-HEARTBEAT_THROTTLE_S = 8.0
-"""The SDK sends at most one heartbeat per 80 % of the heartbeat timeout to the server."""
-
 PLANS: list[tuple[str, dict[str, Any]]] = [
     ("classic", {"fuse_turns": False}),
     ("local", {"model": {"local_activity": True}, "fuse_turns": False}),
@@ -62,13 +55,6 @@ PLANS: list[tuple[str, dict[str, Any]]] = [
 (classic; the bench env fuses by default, so it is asked not to), model turns as local activities,
 one activity per turn (fused: activities.turn). A plan whose fields RolloutInput lacks (an older
 commit) is reported as skipped, not run."""
-
-
-def heartbeats_per_turn(model_s: float) -> int:
-    """Heartbeats of one model turn of `model_s` seconds that reach the server (estimate, see above)."""
-    if model_s <= HEARTBEAT_EVERY_S:
-        return 0
-    return 1 + math.floor((model_s - HEARTBEAT_EVERY_S) / HEARTBEAT_THROTTLE_S)
 
 
 def merged(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:

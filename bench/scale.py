@@ -56,8 +56,9 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def dir_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+def db_bytes(data_dir: Path) -> int:
+    """The dev server's SQLite database with its WAL (the server's log, in the same directory, excluded)."""
+    return sum(f.stat().st_size for f in data_dir.glob("temporal.db*") if f.is_file())
 
 
 @contextlib.asynccontextmanager
@@ -156,7 +157,7 @@ async def batch(
         if result.reward is None or result.reward.total != 1.0:
             raise RuntimeError(f"{label}: rollout {i} did not finish as expected: {result.termination}")
 
-    db_before = dir_bytes(db_dir)
+    db_before = db_bytes(db_dir)
     record: dict[str, Any] = {"label": label, "plan": plan, "concurrency": concurrency, "rollouts": rollouts}
     record["workload"] = {"tool_turns": workload.tool_turns, "model_s": workload.model_s, "tool_s": workload.tool_s}
     record["load_before"] = load()
@@ -167,7 +168,7 @@ async def batch(
         wall = time.perf_counter() - started
     cpu = cpu_delta(cpu_before, procs.cpu())
     record |= {"wall_s": round(wall, 2), "load_after": load(), "cpu_s": cpu, "memory": memory}
-    record["db_bytes_per_rollout"] = round((dir_bytes(db_dir) - db_before) / rollouts)
+    record["db_bytes_per_rollout"] = round((db_bytes(db_dir) - db_before) / rollouts)
     record["schedule_to_start"] = latency = await schedule_to_start(client, ids)
     record["rollouts_per_s"] = round(rollouts / wall, 3)
     record["activities_per_s"] = round(latency["activities"] / wall, 1)

@@ -110,6 +110,8 @@ class Assumptions:
 
 
 def heartbeats_per_turn(model_s: float, a: Assumptions) -> int:
+    """Heartbeats of one model turn of `model_s` that reach the server: activities.model and activities.turn
+    heartbeat every third of their 10 s heartbeat timeout, and the SDK sends at most one per 80 % of it."""
     if model_s <= a.heartbeat_every_s:
         return 0
     return 1 + math.floor((model_s - a.heartbeat_every_s) / a.heartbeat_throttle_s)

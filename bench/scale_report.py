@@ -14,8 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.actions import heartbeats_per_turn
-from bench.scale_model import Measured, Workload, per_unit, simulate, size
+from bench.scale_model import Assumptions, Measured, Workload, heartbeats_per_turn, per_unit, simulate, size
 
 OUT = Path(__file__).resolve().parent / "out"
 ACTIONS = OUT / "actions.json"
@@ -79,7 +78,7 @@ def plans(runs: dict[str, Any], actions: dict[str, Any], measured_plan: str) -> 
     worker_mb = (rss["gymflow_rss_mb_peak"] - rss["gymflow_rss_mb_before"]) / held["concurrency"]
     per_round_trip = light["wall_s"] / light["rollouts"] / classic["workflow_tasks"]
     # The held run's slow turns heartbeat; the throughput run's do not: the difference, per heartbeat.
-    held_heartbeats = heartbeating(classic) * heartbeats_per_turn(held["workload"]["model_s"])
+    held_heartbeats = heartbeating(classic) * heartbeats_per_turn(held["workload"]["model_s"], Assumptions())
     per_heartbeat = (held["server_cpu_ms_per_rollout"] - sat["server_cpu_ms_per_rollout"]) / 1000 / held_heartbeats
     per_heartbeat = max(0.0, per_heartbeat) if held_heartbeats else 0.0
     out = {}
