@@ -14,9 +14,10 @@ local activities: 1 per workflow task that records any (all RecordMarker command
 task count as one); each UpsertSearchAttributes command 1 (attributes set at start are excluded);
 timers, signals 1 each; a child workflow 2 (start + execution). Patch markers, memo upserts
 (WorkflowPropertiesModified) and workflow tasks themselves are not in that list and are not
-counted. Activity heartbeats that reach the server are billable but are not in history:
-`bench.scale_model.heartbeats_per_turn` estimates them per model turn, and the sizing adds them
-(none here: zero-latency turns never heartbeat).
+counted. Activity heartbeats that reach the server are billable but are not in history; each is
+a state transition, so `--probe 5 12 20` runs a 1-tool-turn classic rollout per model latency and
+reports the transitions its heartbeats added per turn, against `bench.scale_model.heartbeats_per_turn`,
+which the sizing uses (zero-latency turns never heartbeat).
 
 Plans are `(label, overrides)`: the overrides are merged into the rollout's `RolloutInput` (as
 its JSON form), so a new plan is one line.
@@ -39,6 +40,7 @@ from temporalio.client import Client, WorkflowHistory
 
 from activities.model import ModelConfig
 from bench.procs import Procs, load, start_policy, start_server, start_worker
+from bench.scale_model import Assumptions, heartbeats_per_turn
 from bench.workload import ENV_NAME, bench_task, endpoint
 from workers import client as sdk
 from workflows.schema import RolloutInput, RolloutLimits
@@ -172,7 +174,24 @@ async def count_plans(
     return rows
 
 
-async def run(tool_turns: int) -> dict[str, Any]:
+async def probe_heartbeats(client: Client, policy_base: str, delays: list[float]) -> dict[str, Any]:
+    """State transitions a model turn's heartbeats add, per turn, at each model latency (1 tool turn, classic)."""
+    rows: dict[str, Any] = {}
+    for delay in [0.0, *delays]:
+        plan = rollout_input(policy_base, 1, 0).model_copy(update={"fuse_turns": False})
+        plan.model.base_url = endpoint(policy_base, delay)
+        workflow_id = f"actions-probe-{delay:g}"
+        await sdk.run_rollout(client, plan, task_queue=QUEUE, workflow_id=workflow_id)
+        rows[f"{delay:g}"] = (await count_workflow(client, workflow_id))["state_transitions"]
+    base = rows["0"]
+    return {
+        f"{d:g}": {"transitions_added_per_turn": (rows[f"{d:g}"] - base) / 2,
+                   "heartbeats_per_turn_model": heartbeats_per_turn(d, Assumptions())}
+        for d in delays
+    }  # fmt: skip
+
+
+async def run(tool_turns: int, probe: list[float]) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="gymflow-actions-"))
     procs = Procs()
     try:
@@ -181,7 +200,10 @@ async def run(tool_turns: int) -> dict[str, Any]:
         policy = await start_policy(procs)
         client = await sdk.connect(address)
         plans = await count_plans(client, policy, tool_turns=tool_turns, task_queue=QUEUE, plans=PLANS)
-        return {"tool_turns": tool_turns, "load": load(), "plans": plans}
+        report: dict[str, Any] = {"tool_turns": tool_turns, "load": load(), "plans": plans}
+        if probe:
+            report["heartbeat_probe"] = await probe_heartbeats(client, policy, probe)
+        return report
     finally:
         procs.stop_all()
         shutil.rmtree(work, ignore_errors=True)
@@ -215,14 +237,17 @@ def table(report: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tool-turns", type=int, default=4)
+    parser.add_argument("--probe", type=float, nargs="*", default=[], help="model latencies (s) to probe heartbeats at")
     args = parser.parse_args()
-    report = asyncio.run(run(args.tool_turns))
+    report = asyncio.run(run(args.tool_turns, args.probe))
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "actions.json").write_text(json.dumps(report, indent=2))
     print(table(report))
     for label, row in report["plans"].items():
         if "skipped" not in row:
             print(label, json.dumps({k: row[k] for k in ("activities_by_type", "markers_by_name", "billable")}))
+    if "heartbeat_probe" in report:
+        print("heartbeats:", json.dumps(report["heartbeat_probe"]))
     print(f"wrote {OUT / 'actions.json'}")
 
 

@@ -106,15 +106,15 @@ class Assumptions:
     """A Python worker process uses about one core (one event loop, the GIL)."""
     cores_per_node: int = 16
     heartbeat_every_s: float = 10 / 3
-    heartbeat_throttle_s: float = 8.0
 
 
 def heartbeats_per_turn(model_s: float, a: Assumptions) -> int:
-    """Heartbeats of one model turn of `model_s` that reach the server: activities.model and activities.turn
-    heartbeat every third of their 10 s heartbeat timeout, and the SDK sends at most one per 80 % of it."""
-    if model_s <= a.heartbeat_every_s:
-        return 0
-    return 1 + math.floor((model_s - a.heartbeat_every_s) / a.heartbeat_throttle_s)
+    """Heartbeats of one model turn of `model_s` seconds that reach the server, each a state transition.
+
+    activities.model and activities.turn heartbeat every third of their 10 s heartbeat timeout, and
+    every one of them reached the server (bench.actions --probe: turns of 5, 12 and 20 s added 1, 3
+    and 5 state transitions each), the SDK's throttling to 80 % of the timeout notwithstanding."""
+    return max(0, math.ceil(model_s / a.heartbeat_every_s - 1e-9) - 1)
 
 
 def per_unit(workload: Workload, m: Measured, a: Assumptions = Assumptions()) -> dict[str, float]:
