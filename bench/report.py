@@ -109,8 +109,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
         rows = s[key]["runners"]
         labels = list(rows)
         if key == "a":
-            values = [rows[x]["per_activity_p50_ms"] for x in labels]
-            ax.set(ylabel="ms per activity (rollout p50 / activities)",
+            values = [rows[x]["rollout_p50_ms"] for x in labels]  # per rollout: the plans differ in activities
+            ax.set(ylabel="ms per rollout (p50)",
                    title=f"(a) one rollout at a time, {s['a']['tool_turns']} tool turns")  # fmt: skip
         elif key == "b":
             values = [rows[x]["steps_per_s"] for x in labels]
