@@ -45,6 +45,16 @@ async def wait_until(predicate: Callable[[], bool], *, timeout_s: float = 20.0, 
         await asyncio.sleep(0.02)
 
 
+async def activity_types(client: Client, workflow_id: str) -> list[str]:
+    """The activity types the workflow scheduled, in order, from its history."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+
+
 async def node_queues_of(client: Client, workflow_id: str, activity: str = "call_tool") -> list[str]:
     """The task queues `activity` was scheduled on, in order, from the workflow's history."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()

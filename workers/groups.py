@@ -43,7 +43,7 @@ from envs.contract import Task
 from workers.client import connect, with_messages
 from workflows import names
 from workflows.group import GroupRolloutWorkflow
-from workflows.schema import GroupInput, GroupResult, RolloutInput, RolloutOptions, group_search_attributes
+from workflows.schema import GroupInput, GroupResult, RolloutOptions, group_search_attributes
 
 
 def group_id(batch_id: str, index: int, task: Task) -> str:
@@ -125,16 +125,7 @@ async def rollout_groups(
             workflow_id = group_id(batch, index, task)
             if workflow_id in skip:
                 continue
-            rollout = RolloutInput(
-                env=env,
-                task=task,
-                model=config,
-                limits=opts.limits,
-                retry=opts.retry,
-                judge=opts.judge,
-                fuse_turns=opts.fuse_turns,
-                batch_id=batch,
-            )
+            rollout = opts.rollout(env, task, batch_id=batch, model=config)
             input = GroupInput(rollout=rollout, n=n, scale_by_std=scale_by_std)
             running[asyncio.ensure_future(_group(client, workflow_id, input, task_queue, search_attributes))] = index
 

@@ -239,10 +239,16 @@ def _describe_result(step: Step, width: int | None) -> str:
     if not isinstance(value, dict):
         return "" if value is None else _cut(json.dumps(value), width)
     if step.activity == "generate":
-        message = value.get("message") or {}
-        calls = ", ".join(f"{c.get('name')}({json.dumps(c.get('arguments'))})" for c in message.get("tool_calls", []))
-        reply = message.get("content") or ""
-        return _cut((f"says {reply!r}" if reply else "") + (f" calls {calls}" if calls else ""), width)
+        return _reply(value, width)
+    if step.activity == "play_turn":  # a fused turn: the reply, each call's result, a final answer's reward
+        lines = [_reply(value.get("generated") or {}, width)]
+        calls = ((value.get("generated") or {}).get("message") or {}).get("tool_calls", [])
+        for call, result in zip(calls, value.get("results") or [], strict=False):
+            flag = "ERROR " if result.get("is_error") else ""
+            lines.append(_cut(f"{call.get('name')} → {flag}{result.get('text', '')}", width))
+        if value.get("reward"):
+            lines.append(_describe_result(Step(0, "compute_reward", "", 0.0, result=value["reward"]), width))
+        return "\n".join(line for line in lines if line)
     if step.activity == "call_tool":
         flag = "ERROR " if value.get("is_error") else ""
         return flag + _cut(str(value.get("text", "")), width)
@@ -252,6 +258,14 @@ def _describe_result(step: Step, width: int | None) -> str:
     if step.activity == "init_rollout":
         return f"{len(value.get('tools', []))} tools on {value.get('node_queue', '?')}"
     return _cut(json.dumps(value), width)
+
+
+def _reply(result: dict[str, Any], width: int | None) -> str:
+    """A model turn's reply: what it says and the calls it makes."""
+    message = result.get("message") or {}
+    calls = ", ".join(f"{c.get('name')}({json.dumps(c.get('arguments'))})" for c in message.get("tool_calls", []))
+    reply = message.get("content") or ""
+    return _cut((f"says {reply!r}" if reply else "") + (f" calls {calls}" if calls else ""), width)
 
 
 def _outcome(result: dict[str, Any]) -> str:
@@ -294,9 +308,7 @@ def render(inspection: Inspection, *, width: int | None = 160) -> str:
             at = f"{step.offset_s:.2f}s"
             dur = "…" if step.duration_s is None else f"{step.duration_s:.2f}s"
             lines.append(f"{step.index:>3} {at:>8} {dur:>8} {step.attempts:>3}  {step.summary}")
-            detail = _describe_result(step, width)
-            if detail:
-                lines.append(f"{'':>26}→ {detail}")
+            lines += [f"{'':>26}→ {detail}" for detail in _describe_result(step, width).split("\n") if detail]
     if isinstance(i.result, dict) and i.result.get("messages"):
         final = i.result["messages"][-1]
         if final.get("role") == "assistant":

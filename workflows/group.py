@@ -309,16 +309,7 @@ class BatchRolloutWorkflow:
         model = options.model
         if model.seed is not None:
             model = model.model_copy(update={"seed": model.seed + sample})
-        return RolloutInput(
-            env=input.env,
-            task=task,
-            model=model,
-            limits=options.limits,
-            retry=options.retry,
-            judge=options.judge,
-            fuse_turns=options.fuse_turns,
-            batch_id=self._batch_id,
-        )
+        return options.rollout(input.env, task, batch_id=self._batch_id, model=model)
 
     async def _task(self, task_index: int) -> Task | None:
         input = self._input

@@ -140,7 +140,7 @@ class RolloutWorkflow:
                 # carry no `fused_turns` (False), so those histories replay on the classic plan.
                 self._fused = self._wants_fused(handle)
                 reason = await self._agent_loop()
-                reward = self._fused_reward or await env.reward(self._messages)
+                reward = self._fused_reward if self._fused_reward is not None else await env.reward(self._messages)
             except GeneratorExit:
                 # The worker evicted this run from its cache: there is no event loop left to
                 # schedule a release on, and the run goes on elsewhere as a replay that releases.
@@ -192,7 +192,7 @@ class RolloutWorkflow:
                 self._tokens.append(result.tokens)
             workflow.set_current_details(f"turn {self._turns}: {len(message.tool_calls)} tool call(s)")
             if not message.tool_calls:
-                if turn and turn.reward:
+                if turn is not None and turn.reward is not None:
                     self._fused_reward = turn.reward
                     self._env_steps().handle = None  # the fused turn freed the state with the reward
                 return TerminationReason.FINAL_ANSWER

@@ -148,6 +148,21 @@ class RolloutOptions(Wire):
     fuse_turns: bool | None = None
     """`RolloutInput.fuse_turns` of every rollout."""
 
+    def rollout(
+        self, env: str, task: Task, *, batch_id: str | None = None, model: ModelConfig | None = None
+    ) -> RolloutInput:
+        """The input of one rollout with these options (`model`: instead of theirs, e.g. a per-sample seed)."""
+        return RolloutInput(
+            env=env,
+            task=task,
+            model=model or self.model,
+            limits=self.limits,
+            retry=self.retry,
+            judge=self.judge,
+            fuse_turns=self.fuse_turns,
+            batch_id=batch_id,
+        )
+
 
 class BatchState(Wire):
     """Progress carried across continue-as-new."""

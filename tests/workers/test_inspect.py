@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.client import Client
 
 from activities.model import ModelConfig
+from envs.contract import Task, Trajectory
 from envs.crm.policy import ReferencePolicy
 from envs.crm.tasks import generate_tasks, make_task
 from envs.math.data import generate_tasks as generate_math_tasks
@@ -72,27 +74,32 @@ def cli(address: str, *args: str) -> Any:
     return json.loads(run.stdout)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["classic", "fused-turns"])
 async def test_inspect_a_running_then_finished_rollout(
-    client: Client, worker: RunningWorker, temporal_address: str
+    client: Client, worker: RunningWorker, temporal_address: str, fused: bool
 ) -> None:
     gate = Gate(build_app(ReferencePolicy()), free=1)
     task = make_task(0, 1)  # top_agent: search_products, then run_query
     async with AppServer(gate) as server:
         model = ModelConfig(base_url=server.url, model="reference")
         handle = await start_rollout(
-            client, RolloutInput(env="crm", task=task, model=model), task_queue=worker.task_queue
+            client, RolloutInput(env="crm", task=task, model=model, fuse_turns=fused), task_queue=worker.task_queue
         )
         try:
             running = await eventually(  # held in its second model turn, after one tool call
                 lambda: inspect.inspect_workflow(client, handle.id, run_id=None, ui_url=UI),
-                lambda i: len(i.steps) == 4,
+                lambda i: len(i.steps) == (3 if fused else 4),
             )
         finally:
             gate.open()
         result = await handle.result()
     assert running.status == "RUNNING" and running.progress["tool_calls"] == 1
-    assert [s.activity for s in running.steps[:3]] == ["init_rollout", "generate", "call_tool"]
-    assert running.steps[-1].activity == "generate" and running.steps[-1].outcome == "running"
+    turn = "play_turn" if fused else "generate"
+    assert [s.activity for s in running.steps[:-1]] == ["init_rollout", turn, *([] if fused else ["call_tool"])]
+    assert running.steps[-1].activity == turn and running.steps[-1].outcome == "running"
+    if fused:
+        await _check_fused(client, temporal_address, handle.id, task, result)
+        return
 
     done = await inspect.inspect_workflow(client, handle.id, run_id=None, ui_url=UI)
     assert done.status == "COMPLETED" and done.ui == f"{UI}/workflows/{quote(handle.id, safe='')}/{done.run_id}/history"
@@ -113,6 +120,21 @@ async def test_inspect_a_running_then_finished_rollout(
     data = cli(temporal_address, "inspect", handle.id)  # the command, as a person runs it
     assert data["result"]["reward"]["total"] == 1.0 and len(data["steps"]) == 7
     assert data["steps"][2]["result"]["text"].startswith('{"products":')
+
+
+async def _check_fused(client: Client, address: str, workflow_id: str, task: Task, result: Trajectory) -> None:
+    """A fused rollout's view: one step per turn, showing the reply, each call's result and the reward."""
+    done = await inspect.inspect_workflow(client, workflow_id, run_id=None, ui_url=UI)
+    assert [s.activity for s in done.steps] == ["init_rollout", "play_turn", "play_turn", "play_turn"]
+    assert all(s.outcome == "completed" for s in done.steps)
+    text = inspect.render(done)
+    assert "reward 1.000 (exact 1) · final_answer · 3 turns, 2 tool calls, 0 recoveries" in text
+    product = task.prompt.split('"')[1]  # type: ignore[union-attr]
+    assert f'calls search_products({{"name": "{product}"}})' in text and '→ search_products → {"products":' in text
+    assert "→ reward 1.0 (exact=1)" in text and f"final answer: <answer>{result.messages[-1].content[8:]}" in text
+    data = cli(address, "inspect", workflow_id)
+    assert data["result"]["reward"]["total"] == 1.0 and len(data["steps"]) == 4
+    assert data["steps"][1]["result"]["results"][0]["text"].startswith('{"products":')
 
 
 async def test_status_lists_running_parents_with_progress(

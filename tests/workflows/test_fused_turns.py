@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+from mcp_support import activity_types
 from temporalio.client import Client
 
 from envs.contract import BaseEnv, Message, Reward, Task, ToolResult, ToolSpec
@@ -15,15 +16,6 @@ from envs.mcp.envfile import EnvFileError, env_class_from_file
 from support import ScriptedPolicy, call, play
 from workers.worker import RunningWorker
 from workflows.schema import RolloutLimits
-
-
-async def scheduled(client: Client, workflow_id: str) -> list[str]:
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    return [
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.HasField("activity_task_scheduled_event_attributes")
-    ]
 
 
 def test_only_a_stateless_env_may_fuse_its_turns(tmp_path: Path) -> None:
@@ -63,7 +55,7 @@ async def test_a_stateful_env_keeps_one_activity_per_tool_call_when_a_rollout_as
     task = Task(id="count-to-5", prompt="count", ground_truth="5")
     result = await play(client, worker, script, env="counter", task=task, fuse_turns=True)
     assert result.reward is not None and result.reward.total == 1.0
-    assert await scheduled(client, result.rollout_id) == [
+    assert await activity_types(client, result.rollout_id) == [
         "init_rollout", "generate", "call_tool", "call_tool", "generate", "compute_reward",
     ]  # fmt: skip
 
@@ -82,4 +74,9 @@ async def test_fused_turns_keep_the_tool_budget_and_its_refusals(client: Client,
     assert observations[:2] == ["2", "4"] and "budget exhausted" in observations[2]
     assert result.tool_calls == 2 and result.termination.value == "tool_budget"
     assert result.reward is not None  # scored classically: the rollout stopped on its budget, not an answer
-    assert await scheduled(client, result.rollout_id) == ["init_rollout", "play_turn", "play_turn", "compute_reward"]
+    assert await activity_types(client, result.rollout_id) == [
+        "init_rollout",
+        "play_turn",
+        "play_turn",
+        "compute_reward",
+    ]

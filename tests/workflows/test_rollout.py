@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from mcp_support import activity_types
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
@@ -22,15 +23,6 @@ from workflows.schema import RetrySettings, RolloutInput, RolloutLimits
 def rollout_input(model_url: str, *, seed: int = 0, **fields: object) -> RolloutInput:
     task = generate_tasks(1, seed=seed)[0]
     return RolloutInput(env="math", task=task, model=ModelConfig(base_url=model_url), **fields)  # type: ignore[arg-type]
-
-
-async def activity_types(client: Client, workflow_id: str) -> list[str]:
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    return [
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.HasField("activity_task_scheduled_event_attributes")
-    ]
 
 
 async def local_activity_types(client: Client, workflow_id: str) -> list[str]:
