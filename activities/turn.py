@@ -74,13 +74,16 @@ class PlayTurnInput(Wire):
 
 
 class PlayTurnResult(Wire):
-    generated: GenerateResult
+    """What a turn gave: its tool results and a final answer's reward first, then the model's reply
+    (the Web UI shows the head of a payload; the reply names the calls)."""
+
     results: list[ToolResult] = Field(default_factory=list)
     """One result per tool call of the reply, in order (refusals included). Shorter than the calls
     only if the turn's results would not fit one payload: the workflow runs the rest classically."""
     reward: Reward | None = None
     """The reward of the conversation ending with this reply, when it was final and scored here;
     the rollout's state was then freed."""
+    generated: GenerateResult
 
 
 class TurnActivities:

@@ -147,9 +147,12 @@ async def test_rollout_page_and_batch_report(
         await page.screenshot(path=str(out / "rollout.png"))
 
         await page.get_by_role("button", name="Compact").click()
-        summary = await visible(page, "crm.search_accounts(name=")  # the tool call's activity summary
+        # crm fuses its turns: one activity per turn, its summary the turn, its result the model's
+        # reply with its tool calls and each call's result, as the tool returned it.
+        summary = await visible(page, "reference turn 1 + tools")
         await summary.click()
-        await visible(page, '\\"accounts\\":[{\\"account_id\\"')  # its result, as the tool returned it
+        await visible(page, "search_accounts")
+        await visible(page, '\\"accounts\\":[{\\"account_id\\"')
         await page.set_viewport_size({"width": 1400, "height": 2000})  # the call and its result in one picture
         await summary.scroll_into_view_if_needed()
         await page.screenshot(path=str(out / "rollout-tool-call.png"))
