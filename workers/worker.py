@@ -47,6 +47,9 @@ from workflows.training import TrainingRunWorkflow
 
 log = logging.getLogger(__name__)
 
+DEDUPLICATED = ("call_tool", "compute_reward")
+"""Node activities answered from the node's record when retried after completing (workers.dedup)."""
+
 WORKFLOWS: list[type] = [
     RolloutWorkflow,
     GroupRolloutWorkflow,
@@ -204,7 +207,9 @@ async def running_worker(
             TurnActivities(model_activities, env_activities).play_turn,
         ],
         # A retried attempt whose first attempt completed here (its report was lost) must not re-run the tool.
-        interceptors=[DedupInterceptor()],
+        # Fused turns are left out: only stateless envs fuse, so running one again is harmless, and
+        # remembering them would keep every turn's reply (token ids and logprobs included) in memory.
+        interceptors=[DedupInterceptor(activity_types=DEDUPLICATED)],
         **worker_tuning(settings, workflows=False),
     )
     # Every line the worker's tasks log (activities, the SDK's own) names this node: the context is
