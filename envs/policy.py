@@ -9,9 +9,9 @@ same rollout workflow as vLLM or OpenAI. Envs expose theirs through `BaseEnv.bas
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
-from envs.contract import Message, ToolSpec
+from envs.contract import Message, ToolCall, ToolSpec
 
 
 class Policy(ABC):
@@ -22,6 +22,27 @@ class Policy(ABC):
     @abstractmethod
     def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
         """The next assistant message (content and/or tool calls) for this conversation."""
+
+
+async def converse(
+    policy: Policy,
+    messages: list[Message],
+    tools: Sequence[ToolSpec],
+    run: Callable[[ToolCall], Awaitable[tuple[str, bool]]],
+    *,
+    max_turns: int,
+) -> list[Message]:
+    """Let `policy` play from `messages` (extended in place and returned) until it answers without
+    tool calls or has had `max_turns` turns; `run(call)` gives each call's (text, is_error)."""
+    for _ in range(max_turns):
+        reply = policy.respond(messages, tools)
+        messages.append(reply)
+        if not reply.tool_calls:
+            break
+        for call in reply.tool_calls:
+            text, error = await run(call)
+            messages.append(Message(role="tool", content=text, tool_call_id=call.id, name=call.name, is_error=error))
+    return messages
 
 
 class NullPolicy(Policy):

@@ -31,7 +31,7 @@ from mcp import Client
 from envs.contract import Message, Reward, Task, ToolCall, ToolSpec
 from envs.math.data import PROMPT_PREFIX
 from envs.math.rewards import answer_reward
-from envs.policy import Policy
+from envs.policy import Policy, converse
 
 Value = int | float
 
@@ -240,18 +240,12 @@ async def play(
     tools = [ToolSpec(name=t.name, description=t.description or "", input_schema=t.input_schema) for t in listed.tools]
     messages = [Message(role="system", content=system)] if system is not None else []
     messages += task.opening_messages()
-    for _ in range(max_turns):
-        reply = policy.respond(messages, tools)
-        messages.append(reply)
-        if not reply.tool_calls:
-            break
-        for call in reply.tool_calls:
-            result = await client.call_tool(call.name, call.arguments)
-            text = "".join(getattr(block, "text", "") for block in result.content)
-            messages.append(
-                Message(role="tool", content=text, tool_call_id=call.id, name=call.name, is_error=result.is_error)
-            )
-    return messages
+
+    async def run(call: ToolCall) -> tuple[str, bool]:
+        result = await client.call_tool(call.name, call.arguments)
+        return "".join(getattr(block, "text", "") for block in result.content), bool(result.is_error)
+
+    return await converse(policy, messages, tools, run, max_turns=max_turns)
 
 
 async def play_tasks(policy: Policy, tasks: Sequence[Task], *, max_turns: int = 32) -> list[Reward]:

@@ -10,9 +10,9 @@ import asyncio
 import uuid
 from collections.abc import Sequence
 
-from envs.contract import Message, Reward, Task
+from envs.contract import Message, Reward, Task, ToolCall, ToolResult
 from envs.mcp.env import McpEnv
-from envs.policy import Policy
+from envs.policy import Policy, converse
 
 
 async def play(env: McpEnv, policy: Policy, task: Task, *, max_turns: int = 8) -> tuple[list[Message], Reward]:
@@ -26,18 +26,12 @@ async def play(env: McpEnv, policy: Policy, task: Task, *, max_turns: int = 8) -
     try:
         tools = await env.list_tools()
         messages = [Message(role="system", content=await env.get_system_prompt(task)), *task.opening_messages()]
-        for _ in range(max_turns):
-            reply = policy.respond(messages, tools)
-            messages.append(reply)
-            if not reply.tool_calls:
-                break
-            for call in reply.tool_calls:
-                result = await env.run_tool(rollout_id, call.name, **call.arguments)
-                text = result.text if hasattr(result, "text") else str(result)
-                error = bool(getattr(result, "is_error", False))
-                messages.append(
-                    Message(role="tool", content=text, tool_call_id=call.id, name=call.name, is_error=error)
-                )
+
+        async def run(call: ToolCall) -> tuple[str, bool]:
+            result = await env.run_tool(rollout_id, call.name, **call.arguments)
+            return (result.text, result.is_error) if isinstance(result, ToolResult) else (str(result), False)
+
+        await converse(policy, messages, tools, run, max_turns=max_turns)
         reward = Reward.of(await env.compute_reward(rollout_id, messages[1:], task.ground_truth))
     finally:
         await env.release_rollout(rollout_id)
