@@ -29,10 +29,9 @@ COUNTS = (
 )
 
 
-async def workflow_health(client: Client, workflow_id: str, run_id: str | None, *, slow_s: float) -> dict[str, Any]:
-    """The counts of one workflow run's history."""
-    history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-    counts: dict[str, Any] = {
+def _zero() -> dict[str, Any]:
+    """The counts of a history with nothing wrong in it."""
+    return {
         "heartbeat_timeouts": 0,
         "other_activity_timeouts": 0,
         "workflow_task_failures": 0,
@@ -41,6 +40,12 @@ async def workflow_health(client: Client, workflow_id: str, run_id: str | None, 
         "retried_activity_attempts": 0,
         "activity_timeouts_by_type": {},
     }
+
+
+async def workflow_health(client: Client, workflow_id: str, run_id: str | None, *, slow_s: float) -> dict[str, Any]:
+    """The counts of one workflow run's history."""
+    history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+    counts = _zero()
     started_at: float | None = None
     activity_types: dict[int, str] = {}
     for event in history.events:
@@ -94,16 +99,7 @@ async def batch_health(
         async with limit:
             return await workflow_health(client, workflow_id, run_id, slow_s=slow_s)
 
-    totals: dict[str, Any] = {
-        "workflows": len(runs),
-        "heartbeat_timeouts": 0,
-        "other_activity_timeouts": 0,
-        "workflow_task_failures": 0,
-        "slow_workflow_tasks": 0,
-        "max_workflow_task_s": 0.0,
-        "retried_activity_attempts": 0,
-        "activity_timeouts_by_type": {},
-    }
+    totals = {"workflows": len(runs), **_zero()}
     for counts in await asyncio.gather(*(one(wid, rid) for wid, rid in runs)):
         for key in COUNTS:
             totals[key] += counts[key]
