@@ -28,6 +28,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import errors
+from activities.context_cache import ContextCache
 from envs.admission import Admission, Step
 from envs.contract import (
     BaseEnv,
@@ -165,6 +166,8 @@ class EnvActivities:
         self._common_env_kwargs = {"admission": self.admission, **(common_env_kwargs or {})}
         self._envs: dict[str, BaseEnv] = {}
         self._held: dict[tuple[str, str], str] = {}
+        self.contexts = ContextCache()
+        """Fused rollouts' conversations on this node, dropped with the rollout's state (activities.turn)."""
         """(env, state key) -> id of the workflow whose rollout holds that state on this node."""
 
     def env(self, name: str) -> BaseEnv:
@@ -324,6 +327,7 @@ class EnvActivities:
     async def release(self, name: str, key: str) -> None:
         """Free one rollout state of env `name` (idempotent); what the activity and the reaper call."""
         self._held.pop((name, key), None)
+        self.contexts.forget(key)
         await self.env(name).release_rollout(key)
 
     def held(self) -> dict[tuple[str, str], str]:
@@ -333,6 +337,7 @@ class EnvActivities:
     async def shutdown(self) -> None:
         """Release every rollout of every env (worker exit)."""
         self._held.clear()
+        self.contexts.clear()
         await asyncio.gather(*(env.shutdown() for env in self._envs.values()), return_exceptions=True)
         self.admission.shutdown()
 

@@ -35,6 +35,9 @@ ENV_CONFIG = "EnvConfigError"
 ROLLOUT_NOT_FOUND = "RolloutNotFound"
 """Non-retryable: this worker holds no state for the rollout (released, or the worker restarted)."""
 REWARD_ERROR = "RewardError"
+CONTEXT_MISSING = "TurnContextMissing"
+"""Non-retryable: a fused turn named a conversation this node no longer holds
+(activities.context_cache); the workflow sends the turn again whole."""
 """Non-retryable: the reward function raised or returned a non-finite value."""
 
 # Inputs

@@ -14,6 +14,11 @@ the workflow fuses turns only for those, and only when the env asks for it (`Bas
 or the rollout does (`RolloutInput.fuse_turns`). Stateful envs keep one activity per tool call:
 a completed call is never run again.
 
+The node keeps what each turn saw (activities.context_cache), so the next turn's input carries only
+the messages added since — the tool results — and the rollout's history grows with its conversation,
+not with its square. A node that no longer holds it fails the turn with CONTEXT_MISSING before the
+model is asked, and the workflow sends the turn whole.
+
 Failures keep their types: the model's (MODEL_ERROR, MODEL_REJECTED, CONTEXT_LENGTH) and the env's
 (ROLLOUT_NOT_FOUND, ENV_ERROR: the workflow re-initialises the rollout and plays the turn again).
 A reward that fails here is not an error of the turn: the reply comes back without a reward and
@@ -29,6 +34,7 @@ from collections.abc import Sequence
 from pydantic import Field
 from temporalio import activity
 
+from activities import errors
 from activities.env import CallToolInput, ComputeRewardInput, EnvActivities
 from activities.model import GenerateInput, GenerateResult, ModelActivities
 from envs.contract import Reward, Task, ToolCall, ToolResult, ToolSpec, Wire, json_bytes
@@ -54,11 +60,23 @@ def refusal(call: ToolCall, tools: Sequence[ToolSpec], calls_made: int, max_call
     return None
 
 
+class CachedContext(Wire):
+    """The start of a turn's conversation that this node already holds (activities.context_cache)."""
+
+    token: str
+    """What the node's previous turn of this rollout returned as `PlayTurnResult.context_token`."""
+    messages: int = Field(ge=1)
+    """How many messages, from the first, the node holds under `token`."""
+
+
 class PlayTurnInput(Wire):
     """One fused turn of a rollout whose state lives on this node."""
 
     generate: GenerateInput
-    """The model turn (conversation so far, tools, model settings)."""
+    """The model turn (conversation so far, tools, model settings). With `cached` set, its messages
+    are only those after the cached ones, and the cached tool list replaces its tools."""
+    cached: CachedContext | None = None
+    """The conversation's start as this node holds it, or None: `generate` is whole."""
     env: str
     state_key: str
     tool_timeout_s: float = Field(gt=0)
@@ -84,6 +102,9 @@ class PlayTurnResult(Wire):
     """The reward of the conversation ending with this reply, when it was final and scored here;
     the rollout's state was then freed."""
     generated: GenerateResult
+    context_token: str | None = None
+    """The token under which this node now holds the turn's conversation, reply included, and its
+    tools, for the next turn's `PlayTurnInput.cached` (None: not held, send the next turn whole)."""
 
 
 class TurnActivities:
@@ -96,6 +117,8 @@ class TurnActivities:
     @activity.defn(name=TURN_ACTIVITY)
     async def play_turn(self, input: PlayTurnInput) -> PlayTurnResult:
         """Ask the model, run its tool calls, and score a final answer; see the module docstring."""
+        cached = input.cached
+        input = self._whole(input)
         generated = await self.model.generate(input.generate)
         message = generated.message
         if not message.tool_calls:
@@ -121,7 +144,28 @@ class TurnActivities:
                 if budget < 0:  # the workflow runs this call and the rest one activity each
                     break
             results.append(result)
-        return PlayTurnResult(generated=generated, results=results)
+        token = self.env.contexts.put(
+            input.state_key,
+            [*input.generate.messages, message],
+            input.generate.tools,
+            extends=None if cached is None else (cached.token, cached.messages),
+        )
+        return PlayTurnResult(generated=generated, results=results, context_token=token)
+
+    def _whole(self, input: PlayTurnInput) -> PlayTurnInput:
+        """`input` with the conversation's cached start put back (CONTEXT_MISSING if not held here)."""
+        if input.cached is None:
+            return input
+        held = self.env.contexts.get(input.state_key, input.cached.token, input.cached.messages)
+        if held is None:
+            raise errors.non_retryable(
+                f"this node no longer holds the first {input.cached.messages} messages of rollout state "
+                f"{input.state_key}; send the turn whole",
+                type=errors.CONTEXT_MISSING,
+            )
+        messages, tools = held
+        generate = input.generate.model_copy(update={"messages": [*messages, *input.generate.messages], "tools": tools})
+        return input.model_copy(update={"generate": generate, "cached": None})
 
     def _result_budget(self, generated: GenerateResult) -> int | None:
         limit = self.env.payload_limit_bytes

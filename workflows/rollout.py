@@ -22,6 +22,7 @@ Fused turns (activities.turn; the default of stateless envs that set `BaseEnv.fu
 `RolloutInput.fuse_turns`): a turn is one `play_turn` activity on the rollout's node — model call,
 tool calls, and for a final answer the reward and the release — so a rollout of n tool turns is
 n + 2 activities instead of 2n + 3. A retry re-runs the whole turn, hence stateless envs only.
+A fused turn sends its node only the messages the node does not hold yet (activities.context_cache).
 Starters (the SDK, parent workflows) set the initial search attributes and memo, so the workflow
 upserts only what is missing. All three sit behind the `ROLLOUT_PLAN_2` patch: histories written
 before it replay on the old plan.
@@ -39,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from activities import errors
     from activities.env import RolloutHandle
     from activities.model import GenerateInput, GenerateResult, ModelActivities
-    from activities.turn import PlayTurnInput, PlayTurnResult, TurnActivities
+    from activities.turn import CachedContext, PlayTurnInput, PlayTurnResult, TurnActivities
     from envs.contract import Message, Reward, TerminationReason, Trajectory, Usage
     from envs.rewards.rubric import Rubric
     from envs.tokens import TokenPrefix, TurnTokens
@@ -85,6 +86,8 @@ class RolloutWorkflow:
         """Turns are `play_turn` activities on the rollout's node (decided once the env is up)."""
         self._fused_reward: Reward | None = None
         """The reward a fused final turn computed (the rollout's state is then freed)."""
+        self._node_context: tuple[str, CachedContext] | None = None
+        """(state key, what of the conversation its node holds): fused turns send only the rest."""
 
     @workflow.query
     def progress(self) -> dict[str, int]:
@@ -264,11 +267,14 @@ class RolloutWorkflow:
         limits = input.limits
         room = None if self._budget.limit is None else self._budget.limit - self._budget.used
         calls_left = max(0, min(limits.max_tool_calls - env.tool_calls, MAX_TIMED_CALLS))
+        held = self._node_context
+        cached = held[1] if held is not None and held[0] == handle.state_key else None
         try:
-            return await execute(
+            result = await execute(
                 TurnActivities.play_turn,
                 PlayTurnInput(
-                    generate=self._generate_input(handle),
+                    generate=self._generate_input(handle, after=cached),
+                    cached=cached,
                     env=input.env,
                     state_key=handle.state_key,
                     tool_timeout_s=limits.tool_timeout_s,
@@ -288,24 +294,37 @@ class RolloutWorkflow:
                     initial_interval=timedelta(seconds=1),
                     maximum_interval=timedelta(seconds=30),
                     maximum_attempts=input.retry.model_attempts,
-                    non_retryable_error_types=[errors.MODEL_REJECTED, errors.CONTEXT_LENGTH, *NODE_ERRORS],
+                    non_retryable_error_types=[
+                        *(errors.MODEL_REJECTED, errors.CONTEXT_LENGTH, errors.CONTEXT_MISSING),
+                        *NODE_ERRORS,
+                    ],
                 ),
                 summary=f"{input.model.model or 'model'} turn {self._turns + 1} + tools",
             )
         except ActivityError as exc:
             if node_lost(exc):
                 raise  # on_node re-initialises the rollout and plays the turn again
+            if cached is not None and error_type(exc) == errors.CONTEXT_MISSING:
+                self._node_context = None  # the node lost what it held: send the turn whole
+                return await self._fused_turn(handle)
             if error_type(exc) == errors.CONTEXT_LENGTH:
                 raise _Stop(TerminationReason.CONTEXT_BUDGET) from exc
             if error_type(exc) == errors.ENV_CONFIG:
                 raise _Stop(TerminationReason.ENV_ERROR, describe(exc)) from exc
             raise _Stop(TerminationReason.MODEL_ERROR, describe(exc)) from exc
+        # The node now holds the conversation with this reply, which the agent loop appends as is
+        # (or ends the rollout); the next turn sends only the tool results after it.
+        token = result.context_token
+        held_count = len(self._messages) + 1
+        self._node_context = (handle.state_key, CachedContext(token=token, messages=held_count)) if token else None
+        return result
 
-    def _generate_input(self, handle: RolloutHandle) -> GenerateInput:
+    def _generate_input(self, handle: RolloutHandle, *, after: CachedContext | None = None) -> GenerateInput:
+        """The model turn's input; `after`: only the messages after those the node holds, no tools."""
         return GenerateInput(
             model=self._input.model,
-            messages=self._messages,
-            tools=handle.tools,
+            messages=self._messages[after.messages :] if after else self._messages,
+            tools=[] if after else handle.tools,
             rollout_id=self._rollout_id,
             turn=self._turns,
             token_prefix=self._token_prefix,

@@ -3,6 +3,8 @@ only where it is sound; the classic and fused plans give the same trajectory (te
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,8 @@ import yaml
 from mcp_support import activity_types
 from temporalio.client import Client
 
+from activities import errors
+from activities.env import state_key
 from envs.contract import BaseEnv, Message, Reward, Task, ToolResult, ToolSpec
 from envs.mcp.envfile import EnvFileError, env_class_from_file
 from support import ScriptedPolicy, call, play
@@ -80,3 +84,96 @@ async def test_fused_turns_keep_the_tool_budget_and_its_refusals(client: Client,
         "play_turn",
         "compute_reward",
     ]
+
+
+class RecordingPolicy(ScriptedPolicy):
+    """A scripted policy that keeps the conversation and tool names each request carried."""
+
+    def __init__(self, turns: list[Message], before_turn: dict[int, Callable[[], None]] | None = None) -> None:
+        super().__init__(turns, before_turn)
+        self.seen: list[tuple[list[tuple[str, str]], list[str]]] = []
+
+    def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
+        self.seen.append(([(m.role, m.content) for m in messages], [t.name for t in tools]))
+        return super().respond(messages, tools)
+
+
+def adding_turns() -> list[Message]:
+    return [
+        Message(role="assistant", tool_calls=[call("add", {"a": 1, "b": 1})]),
+        Message(role="assistant", tool_calls=[call("add", {"a": 2, "b": 2})]),
+        Message(role="assistant", tool_calls=[call("add", {"a": 3, "b": 3})]),
+        Message(role="assistant", content="<answer>6</answer>"),
+    ]
+
+
+async def play_turn_inputs(client: Client, workflow_id: str) -> list[dict[str, Any]]:
+    """The inputs of the workflow's play_turn activities, as recorded (JSON)."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return [
+        json.loads(e.activity_task_scheduled_event_attributes.input.payloads[0].data)
+        for e in history.events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == "play_turn"
+    ]
+
+
+def assert_the_model_saw_every_turn_whole(policy: RecordingPolicy, messages: list[Message]) -> None:
+    """Each request carried the conversation up to its turn, as the trajectory has it, and the tools."""
+    assistant_at = [i for i, m in enumerate(messages) if m.role == "assistant"]
+    assert len(policy.seen) == len(assistant_at)
+    for (seen, tools), end in zip(policy.seen, assistant_at, strict=True):
+        assert seen == [(m.role, m.content) for m in messages[:end]]
+        assert "add" in tools and tools == policy.seen[0][1]
+
+
+async def test_a_fused_turn_sends_only_what_its_node_does_not_hold(client: Client, worker: RunningWorker) -> None:
+    held: list[bool] = []
+    policy = RecordingPolicy(adding_turns(), before_turn={3: lambda: held.append(len(worker.env.contexts) > 0)})
+    task = Task(id="sum-cached", prompt="add", ground_truth="6")
+    result = await play(client, worker, policy, env="math", task=task)
+    key = state_key(result.rollout_id, 0)
+    assert held == [True] and key not in worker.env.contexts  # freed with the state by the final turn
+    assert result.reward is not None and result.reward.total == 1.0 and result.tool_calls == 3
+    assert_the_model_saw_every_turn_whole(policy, result.messages)
+    inputs = await play_turn_inputs(client, result.rollout_id)
+    assert len(inputs) == 4
+    first = inputs[0]
+    assert first["cached"] is None and len(first["generate"]["messages"]) == 2  # system prompt, task
+    assert [t["name"] for t in first["generate"]["tools"]] == policy.seen[0][1]
+    for turn, later in enumerate(inputs[1:], start=1):
+        count = 2 + 2 * (turn - 1) + 1  # system, task, then a reply and its result per turn, this reply
+        assert later["cached"]["messages"] == count
+        assert [m["role"] for m in later["generate"]["messages"]] == ["tool"]  # only the new result
+        assert later["generate"]["tools"] == []
+
+
+async def test_a_turn_whose_start_the_node_lost_is_sent_again_whole(
+    client: Client, worker: RunningWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    contexts = worker.env.contexts
+    real_get = contexts.get
+    evicted: list[str] = []
+
+    def evicting_get(state_key: str, token: str, count: int) -> Any:
+        if not evicted:  # once: as an eviction (or a restarted worker) between two turns would
+            evicted.append(state_key)
+            contexts.forget(state_key)
+        return real_get(state_key, token, count)
+
+    policy = RecordingPolicy(
+        adding_turns(), before_turn={0: lambda: monkeypatch.setattr(contexts, "get", evicting_get)}
+    )
+    task = Task(id="sum-evicted", prompt="add", ground_truth="6")
+    result = await play(client, worker, policy, env="math", task=task)
+    assert evicted and result.reward is not None and result.reward.total == 1.0 and result.recoveries == 0
+    assert_the_model_saw_every_turn_whole(policy, result.messages)  # asked once per turn: the miss came first
+    inputs = await play_turn_inputs(client, result.rollout_id)
+    assert [i["cached"] is not None for i in inputs] == [False, True, False, True, True]
+    assert inputs[2]["generate"]["messages"] == [m.model_dump(mode="json") for m in result.messages[:4]]
+    history = await client.get_workflow_handle(result.rollout_id).fetch_history()
+    failures = [
+        e.activity_task_failed_event_attributes.failure.application_failure_info.type
+        for e in history.events
+        if e.HasField("activity_task_failed_event_attributes")
+    ]
+    assert failures == [errors.CONTEXT_MISSING]

@@ -1,0 +1,112 @@
+"""What a node remembers of its fused rollouts' conversations, so a turn's input carries only what is new.
+
+A fused turn (activities.turn) needs the whole conversation and the tool list. Sent whole every
+turn, the conversation makes a rollout's history grow with the square of its turns (turn k carries
+k turns of messages): 123 KiB for a 20-turn rollout of the benchmark env whose own messages total
+about 6 KiB, converted to and from JSON on both sides of every turn. The node that plays a
+rollout's turns is always the same one (the rollout is pinned to its node queue), so it keeps what
+the last turn saw — the conversation, the reply it gave, the tools — under a fresh random token,
+and the next turn sends the token, how many messages it covers, and the messages after them (the
+tool results the workflow added). History then grows with the conversation, not its square.
+
+The cache is only an optimisation; the workflow's transcript stays the record. A token names one
+attempt's conversation: a late attempt that wrote after the accepted one cannot be mistaken for it,
+while the token a turn was given stays good for its start, so a retried turn still finds it.
+A turn whose token this node does not hold (evicted, the worker restarted, a stale attempt) fails
+with CONTEXT_MISSING and the workflow sends the turn again whole. Entries are dropped when the
+rollout's state is released, and the least recently used ones when the cache is over its size.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from envs.contract import Message, ToolSpec
+
+DEFAULT_MAX_CHARS = 256 * 1024 * 1024
+"""Default bound on the characters of message content held (about that many bytes of text)."""
+MESSAGE_OVERHEAD_CHARS = 256
+"""What a message counts for besides its content (role, tool calls, ids), for the bound."""
+
+
+@dataclass(frozen=True)
+class Context:
+    tokens: dict[str, int]
+    """Token -> how many of `messages` it names: the entry's own token names all of them, the
+    token of the turn it extends names the start that turn held (so a retried turn finds it)."""
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...]
+    size: int
+
+
+def _size(messages: Sequence[Message]) -> int:
+    return sum(len(m.content) + MESSAGE_OVERHEAD_CHARS for m in messages)
+
+
+class ContextCache:
+    """Per-process, per-state-key conversation contexts of fused rollouts (LRU, bounded)."""
+
+    def __init__(self, max_chars: int = DEFAULT_MAX_CHARS) -> None:
+        if max_chars < 0:
+            raise ValueError(f"max_chars must be >= 0, got {max_chars}")
+        self.max_chars = max_chars
+        self._entries: OrderedDict[str, Context] = OrderedDict()
+        self._chars = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, state_key: object) -> bool:
+        return state_key in self._entries
+
+    @property
+    def chars(self) -> int:
+        return self._chars
+
+    def get(self, state_key: str, token: str, count: int) -> tuple[list[Message], list[ToolSpec]] | None:
+        """The first `count` messages and the tools stored under `token`, or None if not held."""
+        entry = self._entries.get(state_key)
+        if entry is None or count > entry.tokens.get(token, -1):
+            return None
+        self._entries.move_to_end(state_key)
+        return list(entry.messages[:count]), list(entry.tools)
+
+    def put(
+        self,
+        state_key: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        *,
+        extends: tuple[str, int] | None = None,
+    ) -> str | None:
+        """Hold `messages` and `tools` for `state_key` under a fresh token; None if they cannot fit.
+
+        `extends` is the (token, count) the turn was given: its first `count` messages, which start
+        `messages`, stay held under that token too, for a retry of the same turn.
+        """
+        self.forget(state_key)
+        size = _size(messages)
+        if size > self.max_chars:
+            return None
+        while self._entries and self._chars + size > self.max_chars:
+            _, evicted = self._entries.popitem(last=False)
+            self._chars -= evicted.size
+        token = uuid.uuid4().hex
+        tokens = {token: len(messages)}
+        if extends is not None:
+            tokens[extends[0]] = min(extends[1], len(messages))
+        self._entries[state_key] = Context(tokens, tuple(messages), tuple(tools), size)
+        self._chars += size
+        return token
+
+    def forget(self, state_key: str) -> None:
+        entry = self._entries.pop(state_key, None)
+        if entry is not None:
+            self._chars -= entry.size
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._chars = 0

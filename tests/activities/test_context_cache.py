@@ -1,0 +1,60 @@
+"""The node's cache of fused rollouts' conversations (activities.context_cache): a token names one
+turn's conversation, a retried turn still finds the start it was given, and the bound holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from activities.context_cache import MESSAGE_OVERHEAD_CHARS, ContextCache
+from envs.contract import Message, ToolSpec
+
+TOOLS = [ToolSpec(name="step", description="d", input_schema={"type": "object"})]
+
+
+def conversation(n: int, text: str = "x") -> list[Message]:
+    return [Message(role="user", content=f"{text}{i}") for i in range(n)]
+
+
+def test_a_token_gives_back_what_was_put_and_only_up_to_its_length() -> None:
+    cache = ContextCache()
+    messages = conversation(3)
+    token = cache.put("k", messages, TOOLS)
+    assert token is not None
+    assert cache.get("k", token, 3) == (messages, TOOLS)
+    assert cache.get("k", token, 2) == (messages[:2], TOOLS)
+    assert cache.get("k", token, 4) is None  # more than it holds
+    assert cache.get("k", "another-token", 1) is None
+    assert cache.get("other-key", token, 1) is None
+
+
+def test_the_next_turn_keeps_the_previous_token_for_its_start_only() -> None:
+    cache = ContextCache()
+    first = cache.put("k", conversation(3), TOOLS)
+    assert first is not None
+    longer = conversation(3) + conversation(2, "y")
+    second = cache.put("k", longer, TOOLS, extends=(first, 3))
+    assert second is not None and second != first
+    assert cache.get("k", first, 3) == (longer[:3], TOOLS)  # a retry of the turn that was given `first`
+    assert cache.get("k", first, 4) is None
+    assert cache.get("k", second, 5) == (longer, TOOLS)
+    third = cache.put("k", longer, TOOLS, extends=(second, 5))
+    assert third is not None and cache.get("k", first, 1) is None  # two turns back: gone
+
+
+def test_the_bound_evicts_the_least_recently_used_and_refuses_what_never_fits() -> None:
+    per = len("x0") + MESSAGE_OVERHEAD_CHARS
+    cache = ContextCache(max_chars=2 * per)
+    a = cache.put("a", conversation(1), TOOLS)
+    b = cache.put("b", conversation(1), TOOLS)
+    assert a and b and cache.get("a", a, 1) is not None  # a is now the most recently used
+    c = cache.put("c", conversation(1), TOOLS)
+    assert c and cache.get("b", b, 1) is None and cache.get("a", a, 1) is not None
+    assert cache.chars == 2 * per and len(cache) == 2
+    assert cache.put("d", conversation(3), TOOLS) is None  # larger than the whole cache
+    cache.forget("a")
+    cache.forget("a")  # idempotent
+    assert len(cache) == 1 and cache.chars == per
+    cache.clear()
+    assert len(cache) == 0 and cache.chars == 0
+    with pytest.raises(ValueError, match="max_chars"):
+        ContextCache(max_chars=-1)
