@@ -129,13 +129,14 @@ async def test_encrypted_rollout_is_opaque_in_history_and_readable_through_the_c
     raw = leaks.history_text(history)
     prompt = json.dumps(task.prompt)[1:-1]  # as it appears inside a JSON payload
     assert prompt not in raw and "<answer>" not in raw and "calculator" not in raw.lower()
-    assert "turn 1 + tools" not in raw  # a fused turn's summary (math fuses its turns)
+    init_summary = f"init math task {task.id}"  # an activity's summary (user metadata) is encoded too
+    assert init_summary not in raw
 
     with codec_server(key, auth) as url:
         decoded = show(temporal_address, workflow_id, "--codec-endpoint", url, "--codec-auth", auth)
         assert decoded.returncode == 0, decoded.stderr
         readable = leaks.history_text(json_format.Parse(decoded.stdout, History(), ignore_unknown_fields=True))
-        assert prompt in readable and "<answer>" in readable and "turn 1 + tools" in readable
+        assert prompt in readable and "<answer>" in readable and init_summary in readable
         refused = show(temporal_address, workflow_id, "--codec-endpoint", url, "--command-timeout", "2s")  # no auth
         assert refused.returncode != 0 or prompt not in refused.stdout
         async with httpx.AsyncClient(timeout=10) as http:

@@ -147,9 +147,10 @@ async def test_rollout_page_and_batch_report(
         await page.screenshot(path=str(out / "rollout.png"))
 
         await page.get_by_role("button", name="Compact").click()
-        # crm fuses its turns: one activity per turn, its summary the turn, its result the model's
-        # reply with its tool calls and each call's result, as the tool returned it.
-        summary = await visible(page, "reference turn 1 + tools")
+        # crm fuses its turns: one play_turn activity per turn, its result each call's result, as the
+        # tool returned it, then the model's reply with its tool calls.
+        await visible(page, "play_turn")
+        summary = page.locator("text=play_turn >> visible=true").last  # newest first: the last is turn 1
         await summary.click()
         await visible(page, "search_accounts")
         await visible(page, '\\"accounts\\":[{\\"account_id\\"')
