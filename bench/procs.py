@@ -160,7 +160,8 @@ def profiled(pid: int | None, out: Path | None) -> Iterator[None]:
     if pid is None or out is None or shutil.which("py-spy") is None:
         yield
         return
-    command = ["py-spy", "record", "--pid", str(pid), "--nonblocking", "--rate", "100", "--format", "raw"]
+    rate = os.environ.get("GYMFLOW_BENCH_SPY_RATE", "100")  # samples per second
+    command = ["py-spy", "record", "--pid", str(pid), "--nonblocking", "--rate", rate, "--format", "raw"]
     spy = subprocess.Popen([*command, "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield
