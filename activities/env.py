@@ -186,7 +186,7 @@ class EnvActivities:
     @activity.defn(name="init_rollout")
     async def init_rollout(self, input: InitRolloutInput) -> RolloutHandle:
         """Build the rollout's state on this node; answer with the node's queue."""
-        _log_context(input.env, rollout_id=input.rollout_id)
+        log_context(input.env, rollout_id=input.rollout_id)
         env = self.env(input.env)
         key = state_key(input.rollout_id, input.incarnation)
         try:
@@ -222,7 +222,7 @@ class EnvActivities:
     @activity.defn(name="call_tool")
     async def call_tool(self, input: CallToolInput) -> ToolResult:
         """Run one tool call; tool failures come back as error observations."""
-        _log_context(input.env, state_key=input.state_key)
+        log_context(input.env, state_key=input.state_key)
         env = self.env(input.env)
         call = input.call
         try:
@@ -253,7 +253,7 @@ class EnvActivities:
     @activity.defn(name="compute_reward")
     async def compute_reward(self, input: ComputeRewardInput) -> Reward:
         """Score the finished rollout while its state is still alive (then free it if `input.release`)."""
-        _log_context(input.env, state_key=input.state_key)
+        log_context(input.env, state_key=input.state_key)
         env = self.env(input.env)
         try:
             raw = await _with_heartbeat(
@@ -300,7 +300,7 @@ class EnvActivities:
     @activity.defn(name="compute_group_reward")
     async def compute_group_reward(self, input: GroupRewardInput) -> list[dict[str, float]]:
         """Score a group of finished rollouts jointly (runs on any node: needs no rollout state)."""
-        _log_context(input.env)
+        log_context(input.env)
         env = self.env(input.env)
         truths = [t.ground_truth for t in input.tasks]
         completions = input.completions
@@ -321,7 +321,7 @@ class EnvActivities:
     @activity.defn(name="release_rollout")
     async def release_rollout(self, input: ReleaseInput) -> None:
         """Free the rollout's state. Idempotent."""
-        _log_context(input.env, state_key=input.state_key)
+        log_context(input.env, state_key=input.state_key)
         await self.release(input.env, input.state_key)
 
     async def release(self, name: str, key: str) -> None:
@@ -342,7 +342,7 @@ class EnvActivities:
         self.admission.shutdown()
 
 
-def _log_context(env: str, **fields: str) -> None:
+def log_context(env: str, **fields: str) -> None:
     """Name the env (and rollout state) on every log line of this activity attempt, the SDK's
     own included: each attempt runs in its own task, so the binding ends with it."""
     structlog.contextvars.bind_contextvars(env=env, **fields)

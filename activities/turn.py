@@ -35,7 +35,7 @@ from pydantic import Field
 from temporalio import activity
 
 from activities import errors
-from activities.env import CallToolInput, ComputeRewardInput, EnvActivities
+from activities.env import CallToolInput, ComputeRewardInput, EnvActivities, log_context
 from activities.model import GenerateInput, GenerateResult, ModelActivities
 from envs.contract import Reward, Task, ToolCall, ToolResult, ToolSpec, Wire, json_bytes
 
@@ -117,6 +117,7 @@ class TurnActivities:
     @activity.defn(name=TURN_ACTIVITY)
     async def play_turn(self, input: PlayTurnInput) -> PlayTurnResult:
         """Ask the model, run its tool calls, and score a final answer; see the module docstring."""
+        log_context(input.env, state_key=input.state_key)  # the model's lines too, not only the tools'
         cached = input.cached
         input = self._whole(input)
         generated = await self.model.generate(input.generate)

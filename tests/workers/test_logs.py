@@ -98,9 +98,8 @@ async def test_json_stdout_is_pure_while_core_sdk_and_gymflow_warn(
     assert all(c["run_id"] in c["event"] for c in core)
 
     [failed] = [line for line in lines if line["logger"] == "temporalio.activity"]
-    assert (
-        failed["activity"] == "play_turn" and failed["attempt"] == 1
-    )  # math fuses its turns and failed["workflow_type"] == "RolloutWorkflow"
+    assert failed["activity"] == "play_turn" and failed["attempt"] == 1  # math fuses its turns
+    assert failed["workflow_type"] == "RolloutWorkflow" and failed["env"] == "math" and failed["state_key"]
     assert failed["rollout_id"] == failed["workflow_id"]
     if command == "rollout":
         assert failed["workflow_id"] in rollout_ids
