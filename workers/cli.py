@@ -207,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("server", help="run the embedded Temporal server (UI on --port + 1000: 8233)")
     _common(p)
-    p.add_argument("--port", type=int, default=7233)
+    p.add_argument("--port", type=int, help="frontend port (default: the port of --address, else 7233)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--background", action="store_true", help="start detached and return")
     mode.add_argument("--stop", action="store_true", help="stop a server started with --background or by demo")
@@ -339,14 +339,17 @@ def _server(args: argparse.Namespace, settings: Settings) -> int:
         stopped = embedded.stop_background(data_dir=settings.data_dir)
         print("server stopped" if stopped else "no background server recorded", file=sys.stderr)
         return 0
-    ui_port = args.ui_port or args.port + 1000
+    # The server listens where the workers and clients of this config connect (--address /
+    # GYMFLOW_TEMPORAL_ADDRESS) unless --port says otherwise.
+    port = args.port or settings.frontend_port
+    ui_port = args.ui_port or port + 1000
     if args.background:
-        pid = embedded.start_background(data_dir=settings.data_dir, port=args.port, ui_port=ui_port)
-        print(f"Temporal server started (pid {pid}); UI at http://localhost:{ui_port}", file=sys.stderr)
+        pid = embedded.start_background(data_dir=settings.data_dir, port=port, ui_port=ui_port)
+        print(f"Temporal server started (pid {pid}) on :{port}; UI at http://localhost:{ui_port}", file=sys.stderr)
         return 0
-    embedded.record(data_dir=settings.data_dir, port=args.port, ui_port=ui_port)
-    command = embedded.dev_server_command(data_dir=settings.data_dir, port=args.port, ui_port=ui_port)
-    print(f"Temporal server on :{args.port}, UI at http://localhost:{ui_port}", file=sys.stderr)
+    embedded.record(data_dir=settings.data_dir, port=port, ui_port=ui_port)
+    command = embedded.dev_server_command(data_dir=settings.data_dir, port=port, ui_port=ui_port)
+    print(f"Temporal server on :{port}, UI at http://localhost:{ui_port}", file=sys.stderr)
     os.execv(command[0], command)
     return 0  # pragma: no cover - execv does not return
 

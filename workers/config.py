@@ -163,12 +163,17 @@ class Settings(BaseSettings):
         return self.storage_uri or (self.data_dir / "results").resolve().as_uri()
 
     @property
+    def frontend_port(self) -> int:
+        """The port of `temporal_address` (7233 when it names none)."""
+        _, _, text = self.temporal_address.rpartition(":")
+        return int(text) if text.isdigit() else 7233
+
+    @property
     def web_ui_port(self) -> int:
         """The Web UI's port: `ui_port`, else what `gymflow server` recorded, else frontend port + 1000."""
         if self.ui_port is not None:
             return self.ui_port
-        _, _, port_text = self.temporal_address.rpartition(":")
-        port = int(port_text) if port_text.isdigit() else 7233
+        port = self.frontend_port
         try:
             recorded = json.loads((self.data_dir / SERVER_RECORD).read_text())
         except (OSError, ValueError):

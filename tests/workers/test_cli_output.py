@@ -79,8 +79,9 @@ def test_server_ui_port_reaches_the_ui_and_the_codec_server(tmp_path: Path) -> N
     port, ui_port = free_port(), free_port()
     data = tmp_path / "data"
     common = ["--data-dir", str(data), "--address", f"localhost:{port}"]
-    started = _gymflow("server", "--background", "--port", str(port), "--ui-port", str(ui_port), *common, cwd=tmp_path)
+    started = _gymflow("server", "--background", "--ui-port", str(ui_port), *common, cwd=tmp_path)  # port: --address's
     assert started.returncode == 0, started.stderr
+    assert f"on :{port};" in started.stderr
     assert f"UI at http://localhost:{ui_port}" in started.stderr
     codec = None
     try:
