@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from envs.contract import Message, ToolSpec
 
 DEFAULT_MAX_CHARS = 256 * 1024 * 1024
-"""Default bound on the characters of message content held (about that many bytes of text)."""
+"""Default bound on the characters held (content, raw tool-call arguments, inline images' base64)."""
 MESSAGE_OVERHEAD_CHARS = 256
 """What a message counts for besides its content (role, tool calls, ids), for the bound."""
 
@@ -43,7 +43,14 @@ class Context:
 
 
 def _size(messages: Sequence[Message]) -> int:
-    return sum(len(m.content) + MESSAGE_OVERHEAD_CHARS for m in messages)
+    """About the characters `messages` hold: content, tool calls' raw arguments, inline images."""
+    return sum(
+        len(m.content)
+        + sum(len(c.raw_arguments or str(c.arguments)) for c in m.tool_calls)
+        + sum(len(a.data or "") for a in m.images)
+        + MESSAGE_OVERHEAD_CHARS
+        for m in messages
+    )
 
 
 class ContextCache:

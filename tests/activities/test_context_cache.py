@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from activities.context_cache import MESSAGE_OVERHEAD_CHARS, ContextCache
-from envs.contract import Message, ToolSpec
+from envs.contract import Message, ToolAttachment, ToolCall, ToolSpec
 
 TOOLS = [ToolSpec(name="step", description="d", input_schema={"type": "object"})]
 
@@ -58,3 +58,12 @@ def test_the_bound_evicts_the_least_recently_used_and_refuses_what_never_fits() 
     assert len(cache) == 0 and cache.chars == 0
     with pytest.raises(ValueError, match="max_chars"):
         ContextCache(max_chars=-1)
+
+
+def test_inline_images_and_tool_call_arguments_count_towards_the_bound() -> None:
+    image = ToolAttachment(kind="image", mime_type="image/png", size_bytes=3000, data="A" * 4000)
+    call = ToolCall(id="c1", name="step", arguments={"i": 1}, raw_arguments='{"i": 1}')
+    cache = ContextCache(max_chars=3000)
+    assert cache.put("k", [Message(role="tool", content="seen", images=[image])], TOOLS) is None
+    assert cache.put("k", [Message(role="assistant", tool_calls=[call])], TOOLS) is not None
+    assert cache.chars == len('{"i": 1}') + MESSAGE_OVERHEAD_CHARS
