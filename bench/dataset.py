@@ -215,12 +215,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for runner in order:
                     out = work / f"{generator}-{runner}-{repeat}"
                     with measured(procs) as record:
+                        extra: dict[str, Any] = {}
                         if runner == "direct":
-                            accepted, extra = (
-                                await direct(
-                                    corpus, out, n=args.n, options=options, batch=args.batch, window=args.window
-                                ),
-                                {},
+                            accepted = await direct(
+                                corpus, out, n=args.n, options=options, batch=args.batch, window=args.window
                             )
                         else:
                             accepted, extra = await gymflow(

@@ -67,7 +67,7 @@ async def run_groups(
 
 
 async def run(quick: bool) -> dict[str, Any]:
-    size = dict(LOAD, repeats=1 if quick else 2)
+    size: dict[str, Any] = dict(LOAD, repeats=1 if quick else 2)
     report: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "load": size, "load_at_start": load()}
     work = Path(tempfile.mkdtemp(prefix="gymflow-bench-groups-"))
     procs = Procs()

@@ -37,7 +37,7 @@ from temporalio.client import Client, WorkflowHandle  # noqa: E402
 
 from activities.model import ModelConfig  # noqa: E402
 from bench.bare import BARE_WORKFLOW, BareInput  # noqa: E402
-from bench.procs import Procs, profiled, start_policy, start_server, start_worker  # noqa: E402
+from bench.procs import Procs, profiled, start_bare_and_gymflow  # noqa: E402
 from bench.workload import ENV_NAME, bench_task, endpoint  # noqa: E402
 from workers import client as sdk  # noqa: E402
 from workflows.schema import RolloutInput, RolloutLimits  # noqa: E402
@@ -114,11 +114,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="gymflow-phases-"))
     procs = Procs()
     try:
-        address = await start_server(procs, work / "server", extra_args=[])
-        await start_worker(procs, "bare", mode="bare", address=address, task_queue="bench-bare")
-        await start_worker(procs, "gymflow", mode="gymflow", address=address, task_queue="bench-gymflow")
-        policy = await start_policy(procs)
-        client = await sdk.connect(address)
+        policy, client = await start_bare_and_gymflow(procs, work)
         profile = args.profile
         with (
             profiled(procs.pids.get("gymflow"), profile and profile / "phases_gymflow.txt"),

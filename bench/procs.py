@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from temporalio.client import Client
 
 from workers import client as sdk
 from workers import server as embedded
@@ -140,6 +141,16 @@ async def start_worker(
     line = await asyncio.wait_for(asyncio.to_thread(popen.stdout.readline), 120)
     if line.strip() != b"ready":
         raise RuntimeError(f"worker {role} did not start: {line!r}")
+
+
+async def start_bare_and_gymflow(procs: Procs, work: Path) -> tuple[str, Client]:
+    """A dev server, a bare worker (queue ``bench-bare``), a gymflow worker (``bench-gymflow``) and
+    the benchmark policy endpoint; returns the endpoint's base URL and a client of the server."""
+    address = await start_server(procs, work / "server", extra_args=[])
+    await start_worker(procs, "bare", mode="bare", address=address, task_queue="bench-bare")
+    await start_worker(procs, "gymflow", mode="gymflow", address=address, task_queue="bench-gymflow")
+    policy = await start_policy(procs)
+    return policy, await sdk.connect(address)
 
 
 @contextlib.contextmanager

@@ -63,13 +63,13 @@ from workers import client as sdk  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 
-FULL = {
+FULL: dict[str, dict[str, Any]] = {
     "a": {"tool_turns": 20, "rollouts": 15},
     "b": {"tool_turns": 10, "concurrency": 64, "rollouts": 256, "repeats": 2},
     "c": {"tool_turns": 4, "concurrency": 128, "model_s": 2.0, "tool_s": 0.1, "repeats": 2},
     "d": {"servers": 200, "samples": 30},
 }
-QUICK = {
+QUICK: dict[str, dict[str, Any]] = {
     "a": {"tool_turns": 20, "rollouts": 5},
     "b": {"tool_turns": 10, "concurrency": 64, "rollouts": 128, "repeats": 1},
     "c": {"tool_turns": 4, "concurrency": 128, "model_s": 2.0, "tool_s": 0.1, "repeats": 1},

@@ -29,10 +29,9 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from bench.bare import BARE_WORKFLOW, BareInput
 from bench.direct import DirectRunner
-from bench.procs import Procs, start_policy, start_server, start_worker
+from bench.procs import Procs, start_bare_and_gymflow
 from bench.scenarios import Bench, Runner
 from bench.workload import BenchEnv
-from workers import client as sdk
 from workflows.names import SA_ENV, SA_MODEL
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -101,11 +100,7 @@ async def run(rollouts: int, concurrency: int, repeats: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="gymflow-cost-"))
     procs = Procs()
     try:
-        address = await start_server(procs, work / "server", extra_args=[])
-        await start_worker(procs, "bare", mode="bare", address=address, task_queue="bench-bare")
-        await start_worker(procs, "gymflow", mode="gymflow", address=address, task_queue="bench-gymflow")
-        policy = await start_policy(procs)
-        client = await sdk.connect(address)
+        policy, client = await start_bare_and_gymflow(procs, work)
         bench = Bench(client, procs, policy, DirectRunner(BenchEnv(workspace_root=work / "direct")))
         runs: dict[str, Callable[[], Awaitable[str]]] = {}
         for label, (plan, start_attributes) in variants().items():
