@@ -11,7 +11,8 @@ every rollout's history and splits each turn's wall time by the server's event t
 * workflow task run: Started -> Completed (activation, the workflow code, the commands back).
 
 Prints median milliseconds per turn for each runner and their difference (JSON on stdout), the
-evidence for which side of the worker gymflow's per-activity overhead sits on.
+evidence for which side of the worker gymflow's per-activity overhead sits on; also written to
+bench/out/phases.json.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from bench.workload import ENV_NAME, bench_task, endpoint  # noqa: E402
 from workers import client as sdk  # noqa: E402
 from workflows.schema import RolloutInput, RolloutLimits  # noqa: E402
 
+OUT = ROOT / "bench" / "out"
 PHASES = {
     "activity_dispatch": (EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED),
     "activity_run": (EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED, EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED),
@@ -98,12 +100,13 @@ async def measure(client: Client, policy: str, *, tool_turns: int, rollouts: int
             client_walls[label].append(started[label] * 1000)
             walls[label].append((described.close_time - described.start_time).total_seconds() * 1000)
             for name, values in (await phases(handle)).items():
-                results[label].setdefault(name, []).extend(values)
+                results[label].setdefault(name, []).extend(values)  # history_kb: one value per rollout
     summary: dict[str, Any] = {"tool_turns": tool_turns, "rollouts": rollouts, "runners": {}}
     for label, by_phase in results.items():
         summary["runners"][label] = {
             "client_p50_ms": round(statistics.median(client_walls[label]), 1),
             "rollout_p50_ms": round(statistics.median(walls[label]), 1),
+            "history_kib": round(statistics.median(by_phase.pop("history_kb")), 1),
             **{f"{name}_p50_ms": round(statistics.median(v), 2) for name, v in by_phase.items()},
             **{f"{name}_total_ms": round(sum(v) / rollouts, 1) for name, v in by_phase.items()},
         }
@@ -133,7 +136,11 @@ def main() -> None:
     parser.add_argument("--pad", type=int, default=0, help="bytes the bare workflow adds to each turn's input per turn")
     parser.add_argument("--profile", type=Path, help="py-spy both workers into DIR/phases_{gymflow,bare}.txt")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(main_async(args)), indent=1))
+    report = asyncio.run(main_async(args))
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "phases.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+    print(f"wrote {OUT / 'phases.json'}")
 
 
 if __name__ == "__main__":

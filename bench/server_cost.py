@@ -6,7 +6,7 @@ runs the bare workflow with RolloutWorkflow's extras switched on one at a time (
 attributes and memo set at start, upserts at the end, payloads growing with the conversation), then
 all of them, then gymflow itself — alternating, `--repeats` times — and reports the server's CPU
 milliseconds per rollout (median and every run) and the history bytes of each:
-bench/out/server_cost.json.
+bench/out/server_cost.json (`--plan fused`: both on fused turns, bench/out/server_cost_fused.json).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from bench.bare import BARE_WORKFLOW, BareInput
 from bench.direct import DirectRunner
 from bench.procs import Procs, start_bare_and_gymflow
-from bench.scenarios import Bench, Runner
+from bench.scenarios import CLASSIC, FUSED, Bench, Runner
 from bench.workload import BenchEnv
 from workflows.names import SA_ENV, SA_MODEL
 
@@ -40,9 +40,10 @@ PAD_BYTES = 180
 """Input bytes per turn so far: makes the bare history about as large as gymflow's bench rollout."""
 
 
-def variants() -> dict[str, tuple[BareInput, bool]]:
-    """Label -> (bare input, whether the starter sets search attributes and memo)."""
-    plain = BareInput(TOOL_TURNS)
+def variants(fused: bool = False) -> dict[str, tuple[BareInput, bool]]:
+    """Label -> (bare input, whether the starter sets search attributes and memo); `fused`: one
+    activity per turn, as gymflow's fused turns."""
+    plain = BareInput(TOOL_TURNS, fused=fused)
     every = replace(plain, patch=True, finish_upserts=True, pad_bytes=PAD_BYTES)
     return {
         "bare": (plain, False),
@@ -96,20 +97,21 @@ async def measure(
     return row
 
 
-async def run(rollouts: int, concurrency: int, repeats: int) -> dict[str, Any]:
+async def run(rollouts: int, concurrency: int, repeats: int, plan: str = CLASSIC) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="gymflow-cost-"))
     procs = Procs()
     try:
         policy, client = await start_bare_and_gymflow(procs, work)
         bench = Bench(client, procs, policy, DirectRunner(BenchEnv(workspace_root=work / "direct")))
         runs: dict[str, Callable[[], Awaitable[str]]] = {}
-        for label, (plan, start_attributes) in variants().items():
+        plans = variants(plan == FUSED)
+        for label, (bare, start_attributes) in plans.items():
 
-            async def one(plan: BareInput = plan, start_attributes: bool = start_attributes) -> str:
-                return await bare_rollout(client, plan, start_attributes)
+            async def one(bare: BareInput = bare, start_attributes: bool = start_attributes) -> str:
+                return await bare_rollout(client, bare, start_attributes)
 
             runs[label] = one
-        gymflow = Runner("gymflow", "gymflow", "bench-gymflow")
+        gymflow = Runner("gymflow", "gymflow", "bench-gymflow", plan=plan)
 
         async def gymflow_one() -> str:
             await bench.rollout(gymflow, 0, tool_turns=TOOL_TURNS, model_s=0, tool_s=0)
@@ -125,7 +127,6 @@ async def run(rollouts: int, concurrency: int, repeats: int) -> dict[str, Any]:
                     await measure(bench, label, runs[label], rollouts=rollouts, concurrency=concurrency)
                 )
         rows: dict[str, Any] = {}
-        plans = variants()
         for label, records in measured.items():
             server = [r["server_ms_per_rollout"] for r in records]
             rows[label] = {
@@ -138,6 +139,7 @@ async def run(rollouts: int, concurrency: int, repeats: int) -> dict[str, Any]:
                 rows[label] |= {"input": asdict(plans[label][0]), "start_attributes": plans[label][1]}
         await bench.direct.aclose()
         return {
+            "plan": plan,
             "tool_turns": TOOL_TURNS,
             "rollouts": rollouts,
             "concurrency": concurrency,
@@ -160,15 +162,17 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=128)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--plan", choices=[CLASSIC, FUSED], default=CLASSIC, help="the bare and gymflow plan")
     args = parser.parse_args()
-    report = asyncio.run(run(args.rollouts, args.concurrency, args.repeats))
+    report = asyncio.run(run(args.rollouts, args.concurrency, args.repeats, args.plan))
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "server_cost.json").write_text(json.dumps(report, indent=2))
+    out = OUT / ("server_cost.json" if args.plan == CLASSIC else f"server_cost_{args.plan}.json")
+    out.write_text(json.dumps(report, indent=2))
     for label, row in report["variants"].items():
         print(f"{label:18s} server {row['server_ms_per_rollout_median']:6.1f} ms/rollout (runs: "
               f"{row['server_ms_per_rollout_all']}), worker {row['worker_ms_per_rollout_median']:6.1f}, "
               f"history {row['history_bytes']} B")  # fmt: skip
-    print(f"wrote {OUT / 'server_cost.json'}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
