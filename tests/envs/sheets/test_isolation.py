@@ -197,7 +197,7 @@ def test_weaker_levels_need_the_explicit_opt_out(monkeypatch: pytest.MonkeyPatch
 
 
 def test_the_cli_says_so_once_at_start(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from workers.cli import _preflight
+    from workers.commands import preflight as _preflight
 
     monkeypatch.setenv(BWRAP_ENV, "/nonexistent")
     monkeypatch.delenv(SANDBOX_ENV, raising=False)
