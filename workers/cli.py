@@ -253,10 +253,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(fmt=args.log_format, level=logging.INFO if args.verbose else logging.WARNING)
     try:
         code = _dispatch(args)
-        if argv is None and (args.command in {"inspect", "status"} or (args.command == "worker" and code)):
-            # A short-lived client process (or a worker that could not connect) can abort in teardown
-            # while the SDK's Rust threads wind down (temporalio/sdk-python#300, "PyGILState_Release
-            # ... finalizing"): the output is complete, so the console script leaves without the teardown.
+        if argv is None and (args.command in {"inspect", "status"} or code):
+            # A short-lived client process, or any command that failed (its in-process worker or
+            # client stopped mid-work), can abort in teardown while the SDK's Rust threads wind down
+            # (temporalio/sdk-python#300, "PyGILState_Release ... finalizing"; CI saw SIGABRT after
+            # `dataset generate` failed on a missing corpus): the output is complete, so the console
+            # script leaves without the teardown.
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
