@@ -166,9 +166,9 @@ class EnvActivities:
         self._common_env_kwargs = {"admission": self.admission, **(common_env_kwargs or {})}
         self._envs: dict[str, BaseEnv] = {}
         self._held: dict[tuple[str, str], str] = {}
+        """(env, state key) -> id of the workflow whose rollout holds that state on this node."""
         self.contexts = ContextCache()
         """Fused rollouts' conversations on this node, dropped with the rollout's state (activities.turn)."""
-        """(env, state key) -> id of the workflow whose rollout holds that state on this node."""
 
     def env(self, name: str) -> BaseEnv:
         """The worker's instance of env `name`, created on first use."""
