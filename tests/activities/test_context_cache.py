@@ -3,9 +3,12 @@ turn's conversation, a retried turn still finds the start it was given, and the 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from activities.context_cache import MESSAGE_OVERHEAD_CHARS, ContextCache
+from activities.env import EnvActivities
 from envs.contract import Message, ToolAttachment, ToolCall, ToolSpec
 
 TOOLS = [ToolSpec(name="step", description="d", input_schema={"type": "object"})]
@@ -67,3 +70,14 @@ def test_inline_images_and_tool_call_arguments_count_towards_the_bound() -> None
     assert cache.put("k", [Message(role="tool", content="seen", images=[image])], TOOLS) is None
     assert cache.put("k", [Message(role="assistant", tool_calls=[call])], TOOLS) is not None
     assert cache.chars == len('{"i": 1}') + MESSAGE_OVERHEAD_CHARS
+
+
+async def test_releasing_a_rollout_state_forgets_what_its_node_held(tmp_path: Path) -> None:
+    """The path cancel, terminate (the reaper) and a classic finish all take: `EnvActivities.release`."""
+    activities = EnvActivities(node_id="n", node_queue="q@n", workspace_root=tmp_path)
+    contexts = activities.contexts
+    assert contexts.put("rollout-1#0", conversation(2), TOOLS) and contexts.put("rollout-2#0", conversation(2), TOOLS)
+    await activities.release("math", "rollout-1#0")  # nothing else held for it: release is idempotent
+    assert "rollout-1#0" not in contexts and "rollout-2#0" in contexts
+    await activities.shutdown()
+    assert len(contexts) == 0
