@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from temporalio.api.enums.v1 import TaskQueueType
@@ -29,6 +30,7 @@ HTTP_COUNTER = {
 }
 
 MakeEnv = Callable[..., McpEnv]
+T = TypeVar("T")
 
 
 def shout(result: ToolResult) -> str:
@@ -43,6 +45,16 @@ async def wait_until(predicate: Callable[[], bool], *, timeout_s: float = 20.0, 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+async def eventually(probe: Callable[[], Awaitable[T]], ok: Callable[[T], bool], *, timeout_s: float = 30) -> T:
+    """Call `probe` until `ok` holds for its value (visibility and queries are eventually consistent)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await probe()
+        if ok(value) or time.monotonic() > deadline:
+            return value
+        await asyncio.sleep(0.2)
 
 
 async def activity_types(client: Client, workflow_id: str) -> list[str]:

@@ -14,7 +14,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from mcp_support import eventually
+from temporalio.client import Client, WorkflowExecution
 
 from activities.model import ModelConfig
 from activities.storage import read_trajectories
@@ -53,7 +54,10 @@ async def test_thousand_rollout_batch(client: Client, worker: RunningWorker, tmp
     assert result.mean_reward == 1.0
     assert result.runs >= 2  # continue-as-new happened
 
-    runs = [w async for w in client.list_workflows(f'WorkflowId="{batch_id}"')]
+    async def listed() -> list[WorkflowExecution]:  # visibility is eventually consistent
+        return [w async for w in client.list_workflows(f'WorkflowId="{batch_id}"')]
+
+    runs = await eventually(listed, lambda found: len(found) >= result.runs + 1)
     assert len(runs) == result.runs + 1
     largest = max(runs, key=lambda w: w.history_length)
     history = await client.get_workflow_handle(batch_id, run_id=largest.run_id).fetch_history()

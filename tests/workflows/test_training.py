@@ -19,7 +19,7 @@ from typing import Any
 import boto3
 import figures
 import pytest
-from mcp_support import ROOT, wait_until
+from mcp_support import ROOT, eventually, wait_until
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
@@ -125,7 +125,11 @@ async def test_a_run_validates_launches_evaluates_and_records_lineage(
 
     log = tmp_path / "data" / "training" / str(run.run_id) / "trainer.log"
     assert log.read_text().count("started:") == 1
-    children = [e.id async for e in client.list_workflows(f'{names.SA_RUN.name}="{run.run_id}"')]
+
+    async def listed() -> list[str]:  # visibility is eventually consistent
+        return [e.id async for e in client.list_workflows(f'{names.SA_RUN.name}="{run.run_id}"')]
+
+    children = await eventually(listed, lambda ids: len([c for c in ids if "/eval/" in c or c.endswith("/smoke")]) >= 3)
     batches = sorted(c for c in children if "/groups-" not in c and c != run.run_id)
     assert batches == [f"{run.run_id}/eval/baseline", f"{run.run_id}/eval/step-40", f"{run.run_id}/smoke"]
     assert not list((tmp_path / "data" / "training" / str(run.run_id)).glob("*.exit")) or all(
