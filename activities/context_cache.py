@@ -23,6 +23,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from envs.contract import Message, ToolSpec
 
@@ -39,17 +40,21 @@ class Context:
     token of the turn it extends names the start that turn held (so a retried turn finds it)."""
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...]
-    size: int
+    sizes: tuple[int, ...]
+    """`sizes[i]`: the size of `messages[: i + 1]`, so the next turn sizes only what it adds."""
+
+    @property
+    def size(self) -> int:
+        return self.sizes[-1] if self.sizes else 0
 
 
-def _size(messages: Sequence[Message]) -> int:
-    """About the characters `messages` hold: content, tool calls' raw arguments, inline images."""
-    return sum(
-        len(m.content)
-        + sum(len(c.raw_arguments or str(c.arguments)) for c in m.tool_calls)
-        + sum(len(a.data or "") for a in m.images)
+def _size(message: Message) -> int:
+    """About the characters `message` holds: content, tool calls' raw arguments, inline images."""
+    return (
+        len(message.content)
+        + sum(len(c.raw_arguments or str(c.arguments)) for c in message.tool_calls)
+        + sum(len(a.data or "") for a in message.images)
         + MESSAGE_OVERHEAD_CHARS
-        for m in messages
     )
 
 
@@ -94,8 +99,13 @@ class ContextCache:
         `extends` is the (token, count) the turn was given: its first `count` messages, which start
         `messages`, stay held under that token too, for a retry of the same turn.
         """
+        previous = self._entries.get(state_key)
+        kept: tuple[int, ...] = ()  # the sizes of the start held already: a turn sizes only its own part
+        if extends is not None and previous is not None and previous.tokens.get(extends[0], -1) >= extends[1]:
+            kept = previous.sizes[: min(extends[1], len(messages))]
+        sizes = kept + tuple(accumulate(map(_size, messages[len(kept) :]), initial=kept[-1] if kept else 0))[1:]
+        size = sizes[-1] if sizes else 0
         self.forget(state_key)
-        size = _size(messages)
         if size > self.max_chars:
             return None
         while self._entries and self._chars + size > self.max_chars:
@@ -105,7 +115,7 @@ class ContextCache:
         tokens = {token: len(messages)}
         if extends is not None:
             tokens[extends[0]] = min(extends[1], len(messages))
-        self._entries[state_key] = Context(tokens, tuple(messages), tuple(tools), size)
+        self._entries[state_key] = Context(tokens, tuple(messages), tuple(tools), sizes)
         self._chars += size
         return token
 

@@ -81,3 +81,19 @@ async def test_releasing_a_rollout_state_forgets_what_its_node_held(tmp_path: Pa
     assert "rollout-1#0" not in contexts and "rollout-2#0" in contexts
     await activities.shutdown()
     assert len(contexts) == 0
+
+
+def test_a_turn_that_extends_the_held_start_counts_the_same_size_as_one_put_whole() -> None:
+    per = len("x0") + MESSAGE_OVERHEAD_CHARS
+    cache = ContextCache()
+    first = cache.put("k", conversation(3), TOOLS)
+    assert first is not None and cache.chars == 3 * per
+    longer = conversation(3) + conversation(2, "y")
+    second = cache.put("k", longer, TOOLS, extends=(first, 3))
+    assert second is not None and cache.chars == 5 * per
+    # A late attempt of the first turn, with a shorter start: sized from what it holds.
+    assert cache.put("k", conversation(2) + conversation(1, "z"), TOOLS, extends=(first, 2)) is not None
+    assert cache.chars == 3 * per
+    # A token this node never gave (the previous entry gone): the whole conversation is sized.
+    cache.forget("k")
+    assert cache.put("k", longer, TOOLS, extends=("unknown", 3)) is not None and cache.chars == 5 * per
