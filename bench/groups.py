@@ -95,13 +95,13 @@ async def run(quick: bool) -> dict[str, Any]:
                 return await run_groups(bench, "bench-gymflow", groups=size["groups"], n=size["n"], **work_args)
             return await batch(bench, runner, rollouts=rollouts, concurrency=rollouts, **work_args)
 
+        async def warm_up(runner: Runner) -> float:  # connections, imports, caches
+            if runner.kind == GROUPS:
+                return await run_groups(bench, "bench-gymflow", groups=2, n=2, tool_turns=1, model_s=0, tool_s=0)
+            return await batch(bench, runner, rollouts=4, concurrency=4, tool_turns=1, model_s=0, tool_s=0)
+
         try:
-            for runner in runners:  # warm-up: connections, imports, caches
-                if runner.kind == GROUPS:
-                    await run_groups(bench, "bench-gymflow", groups=2, n=2, tool_turns=1, model_s=0, tool_s=0)
-                else:
-                    await batch(bench, runner, rollouts=4, concurrency=4, tool_turns=1, model_s=0, tool_s=0)
-            raw = await side_by_side(bench, runners, repeats=size["repeats"], run=one)
+            raw = await side_by_side(bench, runners, repeats=size["repeats"], run=one, warm_up=warm_up)
         finally:
             await bench.direct.aclose()
     finally:

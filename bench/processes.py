@@ -72,8 +72,9 @@ async def main_async(processes: list[int], repeats: int) -> dict[str, Any]:
             await start_workers(procs, label, processes=n, address=address, task_queue=queue)
             runners.append(Runner(label, "gymflow", task_queue=queue, plan=FUSED))  # the bench env's default plan
         bench = Bench(client, procs, policy_base, DirectRunner(BenchEnv()))
-        for runner in runners:  # warm-up: connections, caches, imports in every process
-            await batch(bench, runner, rollouts=16, concurrency=16, tool_turns=1, model_s=0, tool_s=0)
+
+        async def warm_up(runner: Runner) -> float:  # connections, caches, imports in every process
+            return await batch(bench, runner, rollouts=16, concurrency=16, tool_turns=1, model_s=0, tool_s=0)
 
         async def run(runner: Runner) -> float:
             return await batch(
@@ -86,7 +87,7 @@ async def main_async(processes: list[int], repeats: int) -> dict[str, Any]:
                 tool_s=TOOL_S,
             )
 
-        raw = await side_by_side(bench, runners, repeats=repeats, run=run)
+        raw = await side_by_side(bench, runners, repeats=repeats, run=run, warm_up=warm_up)
         await bench.direct.aclose()
     finally:
         procs.stop_all()

@@ -77,6 +77,18 @@ class Procs:
         self.popens.append(popen)
         return popen
 
+    def stop(self, role: str) -> None:
+        """Stop the process started as `role` (SIGTERM, then SIGKILL after 20 s)."""
+        pid = self.pids.pop(role)
+        for popen in [p for p in self.popens if p.pid == pid]:
+            self.popens.remove(popen)
+            popen.send_signal(signal.SIGTERM)
+            try:
+                popen.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                popen.kill()
+                popen.wait()
+
     def stop_all(self) -> None:
         for popen in reversed(self.popens):
             if popen.poll() is None:
@@ -93,9 +105,9 @@ def cpu_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[s
     return {role: round(after[role] - before.get(role, 0.0), 2) for role in after}
 
 
-async def start_server(procs: Procs, data_dir: Path, *, extra_args: list[str]) -> str:
-    """The embedded dev server as `gymflow server` runs it (SQLite file, headless), on free ports."""
-    port = free_port()
+async def start_server(procs: Procs, data_dir: Path, *, extra_args: list[str], port: int | None = None) -> str:
+    """The embedded dev server as `gymflow server` runs it (SQLite file, headless), on `port` or a free one."""
+    port = port or free_port()
     command = embedded.dev_server_command(data_dir=data_dir, port=port, ui_port=free_port(), headless=True)
     procs.spawn("server", [*command, *extra_args], log=data_dir / "server.log")
     address = f"127.0.0.1:{port}"

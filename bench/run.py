@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import shutil
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +143,8 @@ async def run_scenarios(args: argparse.Namespace, sizes: dict[str, Any], report:
             policy_base=policy,
             direct=DirectRunner(BenchEnv(workspace_root=work / "direct-ws")),
         )
+        if not args.same_server:
+            bench.fresh_server = fresh_servers(args, procs, work, address)
         if args.profile:
             last = [r.label for r in runners if r.kind == "gymflow" and r.plan == FUSED][-1]
             bench.profile = {label: OUT / f"profile_{label}.txt" for label in (BARE, last)}
@@ -162,6 +166,23 @@ async def run_scenarios(args: argparse.Namespace, sizes: dict[str, Any], report:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def fresh_servers(args: argparse.Namespace, procs: Procs, work: Path, address: str) -> Callable[[], Awaitable[None]]:
+    """What replaces the server by a new one with an empty database at the same address."""
+    generation = itertools.count(1)
+    port = int(address.rsplit(":", 1)[1])
+
+    def stop_and_clear() -> None:
+        procs.stop("server")
+        for old in work.glob("server*"):
+            shutil.rmtree(old, ignore_errors=True)
+
+    async def fresh_server() -> None:
+        await asyncio.to_thread(stop_and_clear)
+        await start_server(procs, work / f"server-{next(generation)}", extra_args=args.server_arg, port=port)
+
+    return fresh_server
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     sizes = QUICK if args.quick else FULL
     report: dict[str, Any] = {
@@ -169,6 +190,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "machine": {"cpus": os.cpu_count(), "load_at_start": load()},
         "server_args": args.server_arg,
+        "fresh_server_per_run": not args.same_server,
         "sizes": sizes,
         "scenarios": {},
     }
@@ -212,6 +234,11 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", default=["a", "b", "c", "d"], choices=["a", "b", "c", "d"])
     parser.add_argument("--variant", action="append", default=[], help="LABEL=GIT_REF or LABEL=:VAR=VALUE,...")
     parser.add_argument("--server-arg", action="append", default=[], help="extra `temporal server start-dev` args")
+    parser.add_argument(
+        "--same-server",
+        action="store_true",
+        help="(b) and (c) on one server throughout, as before: later runs meet a larger database",
+    )
     parser.add_argument("--profile", action="store_true", help="py-spy the (last) gymflow worker")
     parser.add_argument("--out", default="bench", help="name of the JSON/PNG files under bench/out/")
     args = parser.parse_args()

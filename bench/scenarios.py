@@ -107,6 +107,10 @@ class Bench:
     policy_base: str
     direct: DirectRunner
     profile: dict[str, Path] = field(default_factory=dict)
+    fresh_server: Callable[[], Awaitable[None]] | None = None
+    """Replace the dev server by one with an empty database (same address; the workers reconnect).
+    Set, (b) and (c) measure every run of a Temporal runner on its own fresh server: the server's
+    SQLite database grows with every run, and later runs of one server were up to 2x slower."""
     """Runner label -> where to write a py-spy profile of its worker during saturation."""
 
     async def rollout(self, runner: Runner, index: int, *, tool_turns: int, model_s: float, tool_s: float) -> float:
@@ -222,14 +226,25 @@ async def side_by_side(
     *,
     repeats: int,
     run: Callable[[Runner], Awaitable[float]],
+    warm_up: Callable[[Runner], Awaitable[object]],
 ) -> dict[str, list[dict[str, Any]]]:
-    """`run` each runner `repeats` times, alternating; wall, CPU, load and endpoint connections of each."""
+    """`run` each runner `repeats` times, alternating; wall, CPU, load and endpoint connections of each.
+
+    With `Bench.fresh_server`, each run of a Temporal runner gets a new, empty server first, then
+    `warm_up` (unmeasured: the workers reconnect); without, every runner is warmed up once.
+    """
     results: dict[str, list[dict[str, Any]]] = {r.label: [] for r in runners}
+    if bench.fresh_server is None:
+        for runner in runners:
+            await warm_up(runner)
     for repeat in range(repeats):
-        # Each repeat starts one runner later: the server's database grows during a run, and a fixed
-        # order would hand the same runners the larger database every time.
+        # Each repeat starts one runner later, so no runner is always the first after a warm-up.
         shift = repeat % len(runners)
         for runner in [*runners[shift:], *runners[:shift]]:
+            if bench.fresh_server is not None:
+                if runner.kind != DIRECT:
+                    await bench.fresh_server()
+                await warm_up(runner)
             await bench.endpoint_stats(reset=True)
             spy = bench.profile.pop(runner.label, None)  # the first run of a runner only
             with profiled(bench.procs.pids.get(runner.label), spy), measured(bench.procs) as record:
@@ -243,15 +258,18 @@ async def saturation(
     bench: Bench, runners: Sequence[Runner], *, tool_turns: int, concurrency: int, rollouts: int, repeats: int
 ) -> dict[str, Any]:
     """(b) Many concurrent zero-latency rollouts: activity-steps per second, vs the bare ceiling."""
-    for runner in runners:  # warm-up
-        await batch(bench, runner, rollouts=concurrency, concurrency=concurrency, tool_turns=2, model_s=0, tool_s=0)
+
+    async def warm_up(runner: Runner) -> float:
+        return await batch(
+            bench, runner, rollouts=concurrency, concurrency=concurrency, tool_turns=2, model_s=0, tool_s=0
+        )
 
     async def run(runner: Runner) -> float:
         return await batch(
             bench, runner, rollouts=rollouts, concurrency=concurrency, tool_turns=tool_turns, model_s=0, tool_s=0
         )
 
-    raw = await side_by_side(bench, runners, repeats=repeats, run=run)
+    raw = await side_by_side(bench, runners, repeats=repeats, run=run, warm_up=warm_up)
     steps = rollouts * activities(tool_turns)
     rows = {}
     for label, records in raw.items():
@@ -294,7 +312,10 @@ async def realistic(
             tool_s=tool_s,
         )
 
-    raw = await side_by_side(bench, runners, repeats=repeats, run=run)
+    async def warm_up(runner: Runner) -> float:
+        return await batch(bench, runner, rollouts=8, concurrency=8, tool_turns=1, model_s=0, tool_s=0)
+
+    raw = await side_by_side(bench, runners, repeats=repeats, run=run, warm_up=warm_up)
     rows = {label: {"wall_s": round(min(r["batch_wall_s"] for r in records), 2)} for label, records in raw.items()}
     direct = rows[DIRECT]["wall_s"]
     for row in rows.values():
