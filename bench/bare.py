@@ -26,6 +26,9 @@ with workflow.unsafe.imports_passed_through():
 BARE_WORKFLOW = "BenchBareWorkflow"
 TIMEOUT = timedelta(seconds=60)
 RETRY = RetryPolicy(maximum_attempts=3)
+NODE_HEARTBEAT = timedelta(seconds=10)
+"""RolloutWorkflow's node activities' heartbeat timeout (rollout_env.ENV_HEARTBEAT); their
+schedule-to-start timeout is RetryConfig.node_timeout_s's default, TIMEOUT's 60 s."""
 
 
 @dataclass
@@ -48,6 +51,9 @@ class BareInput:
     fused: bool = False
     """Each turn one activity on the node queue (model latency, then the tool's), the last one with
     the reward: gymflow's fused turns (activities.turn)."""
+    node_timeouts: bool = False
+    """Give each turn on the node queue the schedule-to-start and heartbeat timeouts RolloutWorkflow's
+    node activities have (a lost node, a dead worker): the server keeps a timer for each."""
     pad_bytes: int = 0
     """Bytes added to every activity's input per turn so far (RolloutWorkflow's model turns carry the
     whole conversation, so its history grows quadratically with the turns)."""
@@ -120,7 +126,13 @@ class BareRolloutWorkflow:
                 tool_s = input.tool_delay_s if turn < input.tool_turns else 0.0
                 step = BareTurn(turn, input.model_delay_s, tool_s, "x" * (input.pad_bytes * turn))
                 await workflow.execute_activity_method(
-                    BareActivities.turn, step, task_queue=node, start_to_close_timeout=TIMEOUT, retry_policy=RETRY
+                    BareActivities.turn,
+                    step,
+                    task_queue=node,
+                    start_to_close_timeout=TIMEOUT,
+                    retry_policy=RETRY,
+                    schedule_to_start_timeout=TIMEOUT if input.node_timeouts else None,
+                    heartbeat_timeout=NODE_HEARTBEAT if input.node_timeouts else None,
                 )
             return 1.0  # the last turn scored the answer and freed the state
         for turn in range(input.tool_turns + 1):

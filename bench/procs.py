@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import shutil
 import signal
@@ -16,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,24 @@ async def start_server(procs: Procs, data_dir: Path, *, extra_args: list[str], p
     address = f"127.0.0.1:{port}"
     await embedded.wait_until_reachable(lambda: sdk.connect(address), timeout_s=60)
     return address
+
+
+def fresh_servers(procs: Procs, work: Path, address: str, *, extra_args: list[str]) -> Callable[[], Awaitable[None]]:
+    """What replaces the server (started under `work`) by a new one with an empty database at the
+    same address; the workers and clients reconnect by themselves."""
+    generation = itertools.count(1)
+    port = int(address.rsplit(":", 1)[1])
+
+    def stop_and_clear() -> None:
+        procs.stop("server")
+        for old in work.glob("server*"):
+            shutil.rmtree(old, ignore_errors=True)
+
+    async def fresh_server() -> None:
+        await asyncio.to_thread(stop_and_clear)
+        await start_server(procs, work / f"server-{next(generation)}", extra_args=extra_args, port=port)
+
+    return fresh_server
 
 
 async def start_policy(procs: Procs) -> str:

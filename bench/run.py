@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import os
 import shutil
@@ -33,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +41,7 @@ if str(ROOT) not in sys.path:
 
 from bench import mcp_isolation  # noqa: E402
 from bench.direct import DirectRunner  # noqa: E402
-from bench.procs import Procs, load, start_policy, start_server, start_worker  # noqa: E402
+from bench.procs import Procs, fresh_servers, load, start_policy, start_server, start_worker  # noqa: E402
 from bench.report import plot, summary_table, targets  # noqa: E402
 from bench.scenarios import (  # noqa: E402
     BARE,
@@ -144,7 +142,7 @@ async def run_scenarios(args: argparse.Namespace, sizes: dict[str, Any], report:
             direct=DirectRunner(BenchEnv(workspace_root=work / "direct-ws")),
         )
         if not args.same_server:
-            bench.fresh_server = fresh_servers(args, procs, work, address)
+            bench.fresh_server = fresh_servers(procs, work, address, extra_args=args.server_arg)
         if args.profile:
             last = [r.label for r in runners if r.kind == "gymflow" and r.plan == FUSED][-1]
             bench.profile = {label: OUT / f"profile_{label}.txt" for label in (BARE, last)}
@@ -164,23 +162,6 @@ async def run_scenarios(args: argparse.Namespace, sizes: dict[str, Any], report:
         procs.stop_all()
         remove_checkouts(trees)
         shutil.rmtree(work, ignore_errors=True)
-
-
-def fresh_servers(args: argparse.Namespace, procs: Procs, work: Path, address: str) -> Callable[[], Awaitable[None]]:
-    """What replaces the server by a new one with an empty database at the same address."""
-    generation = itertools.count(1)
-    port = int(address.rsplit(":", 1)[1])
-
-    def stop_and_clear() -> None:
-        procs.stop("server")
-        for old in work.glob("server*"):
-            shutil.rmtree(old, ignore_errors=True)
-
-    async def fresh_server() -> None:
-        await asyncio.to_thread(stop_and_clear)
-        await start_server(procs, work / f"server-{next(generation)}", extra_args=args.server_arg, port=port)
-
-    return fresh_server
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from bench.bare import BARE_WORKFLOW, BareInput
 from bench.direct import DirectRunner
-from bench.procs import Procs, start_bare_and_gymflow
+from bench.procs import Procs, fresh_servers, start_bare_and_gymflow
 from bench.scenarios import CLASSIC, FUSED, Bench, Runner
 from bench.workload import BenchEnv
 from workflows.names import SA_ENV, SA_MODEL
@@ -44,9 +44,11 @@ def variants(fused: bool = False) -> dict[str, tuple[BareInput, bool]]:
     """Label -> (bare input, whether the starter sets search attributes and memo); `fused`: one
     activity per turn, as gymflow's fused turns."""
     plain = BareInput(TOOL_TURNS, fused=fused)
-    every = replace(plain, patch=True, finish_upserts=True, pad_bytes=PAD_BYTES)
+    every = replace(plain, patch=True, finish_upserts=True, pad_bytes=PAD_BYTES, node_timeouts=fused)
+    timeouts = {"+node timeouts": (replace(plain, node_timeouts=True), False)} if fused else {}
     return {
         "bare": (plain, False),
+        **timeouts,
         "+patch": (replace(plain, patch=True), False),
         "+start attributes": (plain, True),
         "+end upserts": (replace(plain, finish_upserts=True), False),
@@ -80,6 +82,8 @@ async def measure(
         async with semaphore:
             ids.append(await one())
 
+    if bench.fresh_server is not None:
+        await bench.fresh_server()
     await asyncio.gather(*(run() for _ in range(min(concurrency, rollouts))))  # warm-up
     before = bench.procs.cpu()
     started = time.perf_counter()
@@ -89,6 +93,7 @@ async def measure(
     cpu = {role: after[role] - before[role] for role in after}
     row = {
         "server_ms_per_rollout": round(cpu["server"] * 1000 / rollouts, 1),
+        "policy_ms_per_rollout": round(cpu.get("policy", 0) * 1000 / rollouts, 1),
         "worker_ms_per_rollout": round(max(cpu.get("bare", 0), cpu.get("gymflow", 0)) * 1000 / rollouts, 1),
         "rollouts_per_s": round(rollouts / wall, 2),
         "history_bytes": await history_bytes(bench.client, ids[-1] or await any_rollout(bench.client)),
@@ -97,12 +102,16 @@ async def measure(
     return row
 
 
-async def run(rollouts: int, concurrency: int, repeats: int, plan: str = CLASSIC) -> dict[str, Any]:
+async def run(
+    rollouts: int, concurrency: int, repeats: int, plan: str = CLASSIC, *, fresh: bool = True
+) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="gymflow-cost-"))
     procs = Procs()
     try:
         policy, client = await start_bare_and_gymflow(procs, work)
         bench = Bench(client, procs, policy, DirectRunner(BenchEnv(workspace_root=work / "direct")))
+        if fresh:
+            bench.fresh_server = fresh_servers(procs, work, client.service_client.config.target_host, extra_args=[])
         runs: dict[str, Callable[[], Awaitable[str]]] = {}
         plans = variants(plan == FUSED)
         for label, (bare, start_attributes) in plans.items():
@@ -133,6 +142,7 @@ async def run(rollouts: int, concurrency: int, repeats: int, plan: str = CLASSIC
                 "server_ms_per_rollout_median": statistics.median(server),
                 "server_ms_per_rollout_all": server,
                 "worker_ms_per_rollout_median": statistics.median(r["worker_ms_per_rollout"] for r in records),
+                "rollouts_per_s_median": statistics.median(r["rollouts_per_s"] for r in records),
                 "history_bytes": records[-1]["history_bytes"],
             }
             if label in plans:
@@ -144,6 +154,7 @@ async def run(rollouts: int, concurrency: int, repeats: int, plan: str = CLASSIC
             "rollouts": rollouts,
             "concurrency": concurrency,
             "repeats": repeats,
+            "fresh_server_per_run": fresh,
             "variants": rows,
         }
     finally:
@@ -163,14 +174,16 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--plan", choices=[CLASSIC, FUSED], default=CLASSIC, help="the bare and gymflow plan")
+    parser.add_argument("--same-server", action="store_true", help="every run on one server (its database grows)")
     args = parser.parse_args()
-    report = asyncio.run(run(args.rollouts, args.concurrency, args.repeats, args.plan))
+    report = asyncio.run(run(args.rollouts, args.concurrency, args.repeats, args.plan, fresh=not args.same_server))
     OUT.mkdir(parents=True, exist_ok=True)
     out = OUT / ("server_cost.json" if args.plan == CLASSIC else f"server_cost_{args.plan}.json")
     out.write_text(json.dumps(report, indent=2))
     for label, row in report["variants"].items():
         print(f"{label:18s} server {row['server_ms_per_rollout_median']:6.1f} ms/rollout (runs: "
               f"{row['server_ms_per_rollout_all']}), worker {row['worker_ms_per_rollout_median']:6.1f}, "
+              f"{row['rollouts_per_s_median']:6.1f} rollouts/s, "
               f"history {row['history_bytes']} B")  # fmt: skip
     print(f"wrote {out}")
 
