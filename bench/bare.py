@@ -9,6 +9,11 @@ that init returns; model turns as local activities when gymflow's are), but each
 a few bytes after the scenario's model or tool latency (none in (a) and (b)) and the workflow keeps no
 transcript. Run by a worker with gymflow's worker settings (`workers.worker.worker_tuning`) on
 the same server, it is the throughput and latency floor that gymflow's orchestration can approach.
+
+With `BareInput.model_url` (fused plan), each turn does the rollout's real work instead, as the
+direct loop does it (`bench.direct.DirectRunner.turn`: the model call over HTTP, the tool call, the
+reward at the end), the node holding the conversation in memory: Temporal running the same plan
+and the same work, with nothing of gymflow's (durability of the conversation, budgets, recovery).
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.model import ModelConfig
+    from bench.direct import DirectRun, DirectRunner
+    from bench.workload import bench_task
     from workflows.names import SA_REWARD, SA_STATUS
 
 BARE_WORKFLOW = "BenchBareWorkflow"
@@ -57,6 +65,8 @@ class BareInput:
     pad_bytes: int = 0
     """Bytes added to every activity's input per turn so far (RolloutWorkflow's model turns carry the
     whole conversation, so its history grows quadratically with the turns)."""
+    model_url: str | None = None
+    """Fused plan: each turn does the real work against this model endpoint (see the module doc)."""
 
 
 @dataclass
@@ -73,13 +83,20 @@ class BareTurn:
     tool_delay_s: float = 0.0
     """0 for the last turn (a final answer calls no tool)."""
     pad: str = ""
+    rollout_id: str = ""
+    model_url: str | None = None
+    """Set: do the turn's work (BareInput.model_url)."""
+    tool_turns: int = 0
 
 
 class BareActivities:
-    """No-op activities named after gymflow's, so histories look alike."""
+    """No-op activities named after gymflow's, so histories look alike; with `work`, the fused turns
+    can do the rollout's real work (BareInput.model_url)."""
 
-    def __init__(self, node_queue: str) -> None:
+    def __init__(self, node_queue: str, work: DirectRunner | None = None) -> None:
         self.node_queue = node_queue
+        self.work = work
+        self._runs: dict[str, DirectRun] = {}
 
     @activity.defn(name="bare_init")
     async def init(self, rollout_id: str) -> str:
@@ -99,8 +116,26 @@ class BareActivities:
 
     @activity.defn(name="bare_turn")
     async def turn(self, step: BareTurn) -> str:
+        if step.model_url is not None:
+            return await self._work_turn(step)
         await asyncio.sleep(step.model_delay_s + step.tool_delay_s)
         return f"turn {step.turn} done"
+
+    async def _work_turn(self, step: BareTurn) -> str:
+        if self.work is None:
+            raise RuntimeError("this bare worker was started without a runner for the work")
+        run = self._runs.get(step.rollout_id)
+        if run is None:
+            task = bench_task(0, tool_turns=step.tool_turns, tool_delay_s=step.tool_delay_s)
+            run = self._runs[step.rollout_id] = await self.work.start(step.rollout_id, task)
+        if not await self.work.turn(run, ModelConfig(base_url=step.model_url), step.turn):
+            return f"turn {step.turn} done"
+        del self._runs[step.rollout_id]
+        try:
+            await self.work.env.compute_reward(run.rollout_id, run.messages, run.task.ground_truth, task_id=run.task.id)
+        finally:
+            await self.work.env.release_rollout(run.rollout_id)
+        return "scored"
 
     @activity.defn(name="bare_reward")
     async def reward(self, rollout_id: str) -> float:
@@ -124,7 +159,15 @@ class BareRolloutWorkflow:
         if input.fused:
             for turn in range(input.tool_turns + 1):
                 tool_s = input.tool_delay_s if turn < input.tool_turns else 0.0
-                step = BareTurn(turn, input.model_delay_s, tool_s, "x" * (input.pad_bytes * turn))
+                step = BareTurn(
+                    turn,
+                    input.model_delay_s,
+                    tool_s,
+                    "x" * (input.pad_bytes * turn),
+                    rollout_id=rollout_id,
+                    model_url=input.model_url,
+                    tool_turns=input.tool_turns,
+                )
                 await workflow.execute_activity_method(
                     BareActivities.turn,
                     step,
@@ -134,6 +177,9 @@ class BareRolloutWorkflow:
                     schedule_to_start_timeout=TIMEOUT if input.node_timeouts else None,
                     heartbeat_timeout=NODE_HEARTBEAT if input.node_timeouts else None,
                 )
+            if input.finish_upserts:
+                workflow.upsert_search_attributes([SA_STATUS.value_set("completed"), SA_REWARD.value_set(1.0)])
+                workflow.upsert_memo({"termination": "final_answer"})
             return 1.0  # the last turn scored the answer and freed the state
         for turn in range(input.tool_turns + 1):
             pad = "x" * (input.pad_bytes * turn)

@@ -4,18 +4,31 @@ This is what benchmax and verifiers do: one coroutine per rollout that calls the
 HTTP, runs the tools in-process and scores the result. It renders and parses the chat exactly as
 the `generate` activity does (`envs.chat`, `activities.model.chat_body`), posts through the
 activity's own HTTP client (`activities.model.ChatEndpoint`), and applies the same tool timeout
-and output bound, so the only thing gymflow adds on top of it is orchestration.
+and output bound, so the only thing gymflow adds on top of it is orchestration. Its `start` and
+`turn` are also what the bare-Temporal ceiling's turns run when they do the work (bench.bare,
+`BareInput.model_url`), so both do exactly the same work.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import dataclass
 
 from activities.env import truncate
 from activities.model import MODEL_ENDPOINT, ChatEndpoint, ModelConfig, chat_body
 from envs import chat
-from envs.contract import BaseEnv, Message, Task, ToolResult
+from envs.contract import BaseEnv, Message, Task, ToolResult, ToolSpec
+
+
+@dataclass
+class DirectRun:
+    """One rollout in progress: its id, task, conversation so far and tools."""
+
+    rollout_id: str
+    task: Task
+    messages: list[Message]
+    tools: list[ToolSpec]
 
 
 class DirectRunner:
@@ -32,33 +45,40 @@ class DirectRunner:
 
     async def rollout(self, task: Task, model: ModelConfig) -> list[Message]:
         """One rollout; returns the conversation (the reward is computed and dropped, as a trainer would keep it)."""
-        rollout_id = f"direct-{task.id}-{uuid.uuid4().hex[:6]}"
-        await self.env.init_rollout(rollout_id, **task.init_args)
+        run = await self.start(f"direct-{task.id}-{uuid.uuid4().hex[:6]}", task)
         try:
-            tools = await self.env.list_tools()
-            messages = [Message(role="system", content=await self.env.get_system_prompt(task))]
-            messages += task.opening_messages()
             for turn in range(self.max_turns):
-                body = chat_body(
-                    model,
-                    chat.render_messages(messages, tools, model.tool_format),
-                    tools=chat.render_tools(tools, model.tool_format),
-                )
-                completion = await self.endpoint.complete(model.base_url, body, timeout_s=model.request_timeout_s)
-                wire = completion["choices"][0]["message"]
-                reply = chat.parse_assistant_message(wire, model.tool_format, id_prefix=f"call_{turn}")
-                messages.append(reply)
-                if not reply.tool_calls:
+                if await self.turn(run, model, turn):
                     break
-                for call in reply.tool_calls:
-                    result = await self._tool(rollout_id, call.name, call.arguments)
-                    text, _ = truncate(result.text, 16_000)
-                    observation = Message(role="tool", content=text, tool_call_id=call.id, name=call.name)
-                    messages.append(observation.model_copy(update={"is_error": result.is_error}))
-            await self.env.compute_reward(rollout_id, messages, task.ground_truth, task_id=task.id)
+            await self.env.compute_reward(run.rollout_id, run.messages, task.ground_truth, task_id=task.id)
         finally:
-            await self.env.release_rollout(rollout_id)
-        return messages
+            await self.env.release_rollout(run.rollout_id)
+        return run.messages
+
+    async def start(self, rollout_id: str, task: Task) -> DirectRun:
+        """Initialise a rollout: the env's state, its tools, the opening of the conversation."""
+        await self.env.init_rollout(rollout_id, **task.init_args)
+        tools = await self.env.list_tools()
+        messages = [Message(role="system", content=await self.env.get_system_prompt(task))]
+        return DirectRun(rollout_id, task, [*messages, *task.opening_messages()], tools)
+
+    async def turn(self, run: DirectRun, model: ModelConfig, turn: int) -> bool:
+        """One turn: the model's reply and its tool calls' observations, appended; True if it was final."""
+        body = chat_body(
+            model,
+            chat.render_messages(run.messages, run.tools, model.tool_format),
+            tools=chat.render_tools(run.tools, model.tool_format),
+        )
+        completion = await self.endpoint.complete(model.base_url, body, timeout_s=model.request_timeout_s)
+        wire = completion["choices"][0]["message"]
+        reply = chat.parse_assistant_message(wire, model.tool_format, id_prefix=f"call_{turn}")
+        run.messages.append(reply)
+        for call in reply.tool_calls:
+            result = await self._tool(run.rollout_id, call.name, call.arguments)
+            text, _ = truncate(result.text, 16_000)
+            observation = Message(role="tool", content=text, tool_call_id=call.id, name=call.name)
+            run.messages.append(observation.model_copy(update={"is_error": result.is_error}))
+        return not reply.tool_calls
 
     async def _tool(self, rollout_id: str, name: str, arguments: dict[str, object]) -> ToolResult:
         try:

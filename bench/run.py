@@ -47,6 +47,7 @@ from bench.scenarios import (  # noqa: E402
     BARE,
     BARE_FUSED,
     BARE_LOCAL,
+    BARE_WORK,
     CLASSIC,
     DIRECT,
     FUSED,
@@ -105,6 +106,7 @@ async def start_runners(
         Runner(BARE, BARE, "bench-bare"),
         Runner(BARE_LOCAL, BARE, "bench-bare", plan=LOCAL_PLAN),
         Runner(BARE_FUSED, BARE, "bench-bare", plan=FUSED),
+        Runner(BARE_WORK, BARE, "bench-bare", plan=FUSED, work=True),
     ]
     await start_worker(procs, BARE, mode="bare", address=address, task_queue="bench-bare")
     for label, ref, env in [parse_variant(v) for v in args.variant] or [("gymflow", None, {})]:

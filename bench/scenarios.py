@@ -41,6 +41,9 @@ BARE_LOCAL = "bare+local"
 """The bare workflow with model turns as local activities: the ceiling for gymflow's local turns."""
 BARE_FUSED = "bare+fused"
 """The bare workflow with one activity per turn on the node queue: the ceiling for fused turns."""
+BARE_WORK = "bare+fused+work"
+"""`BARE_FUSED` whose turns do the rollout's work as the direct loop does (BareInput.model_url):
+Temporal with gymflow's fused plan and the same work, nothing else."""
 LOCAL = "gymflow-local"
 """The gymflow worker, rollouts asking for model turns as local activities."""
 CLASSIC = "classic"
@@ -57,11 +60,15 @@ def ceiling(plan: str) -> str:
 
 
 def add_same_plan_ratio(rows: dict[str, dict[str, Any]], runners: Sequence[Runner], key: str) -> None:
-    """Set each row's ``vs_bare_same_plan``: its `key` over that of the bare runner with the same plan."""
+    """Set each row's ``vs_bare_same_plan``: its `key` over that of the bare runner with the same plan;
+    and a gymflow fused row's ``vs_bare_same_work``: over `BARE_WORK`'s (when it ran)."""
     for runner in runners:
         same = rows.get(ceiling(runner.plan), {}).get(key)
         row = rows[runner.label]
         row["vs_bare_same_plan"] = round(row[key] / same, 3) if same else None
+        work = rows.get(BARE_WORK, {}).get(key)
+        if runner.kind != DIRECT and runner.plan == FUSED and not runner.work:
+            row["vs_bare_same_work"] = round(row[key] / work, 3) if work else None
 
 
 def activities(tool_turns: int) -> int:
@@ -94,6 +101,9 @@ class Runner:
     plan: str = CLASSIC
     """`CLASSIC`, `LOCAL_PLAN` (gymflow: `ModelConfig.local_activity`; bare: `BareInput.local_model`)
     or `FUSED` (gymflow: the env's fused turns; bare: `BareInput.fused`); direct ignores it."""
+
+    work: bool = False
+    """A bare fused runner whose turns do the work (`BARE_WORK`)."""
 
     @property
     def local_turns(self) -> bool:
@@ -128,6 +138,7 @@ class Bench:
                 fused=runner.plan == FUSED,
                 model_delay_s=model_s,
                 tool_delay_s=tool_s,
+                model_url=model.base_url if runner.work else None,
             )
             await self.client.execute_workflow(
                 BARE_WORKFLOW,
@@ -196,6 +207,11 @@ async def light(bench: Bench, runners: Sequence[Runner], *, tool_turns: int, rol
         if gap is not None and runner.kind != BARE:
             gap -= direct_p50 * 1000
         row["added_vs_bare_same_plan_ms"] = round(gap / per, 2) if gap is not None else None
+        work = rows.get(BARE_WORK)
+        if work is not None and runner.kind != BARE and runner.plan == FUSED:  # the work done by both
+            row["added_vs_bare_same_work_ms"] = round(
+                ((row["rollout_p50_ms"] or 0) - (work["rollout_p50_ms"] or 0)) / per, 2
+            )
     return {
         "tool_turns": tool_turns,
         "activities_per_rollout": n,

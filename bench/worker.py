@@ -21,8 +21,9 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-import bench.workload  # noqa: F401  (registers the benchmark env)
 from bench.bare import BareActivities, BareRolloutWorkflow
+from bench.direct import DirectRunner
+from bench.workload import BenchEnv  # importing it registers the benchmark env
 from workers.client import connect
 from workers.config import Settings
 from workflows.names import node_queue
@@ -33,7 +34,7 @@ async def bare_worker(client: Client, settings: Settings) -> AsyncIterator[None]
     from workers.worker import worker_tuning
 
     queue = node_queue(settings.task_queue, settings.node_id)
-    acts = BareActivities(queue)
+    acts = BareActivities(queue, work=DirectRunner(BenchEnv(workspace_root=settings.workspace_root / "bare")))
     shared = Worker(
         client,
         task_queue=settings.task_queue,
@@ -47,8 +48,12 @@ async def bare_worker(client: Client, settings: Settings) -> AsyncIterator[None]
         activities=[acts.call_tool, acts.turn, acts.reward, acts.release],
         **worker_tuning(settings, workflows=False),
     )
-    async with shared, node:
-        yield
+    try:
+        async with shared, node:
+            yield
+    finally:
+        assert acts.work is not None
+        await acts.work.aclose()
 
 
 async def serve(mode: str, address: str, task_queue: str) -> None:
