@@ -67,7 +67,7 @@ def add_same_plan_ratio(rows: dict[str, dict[str, Any]], runners: Sequence[Runne
         row = rows[runner.label]
         row["vs_bare_same_plan"] = round(row[key] / same, 3) if same else None
         work = rows.get(BARE_WORK, {}).get(key)
-        if runner.kind != DIRECT and runner.plan == FUSED and not runner.work:
+        if runner.kind not in (DIRECT, BARE) and runner.plan == FUSED:
             row["vs_bare_same_work"] = round(row[key] / work, 3) if work else None
 
 
@@ -204,7 +204,7 @@ async def light(bench: Bench, runners: Sequence[Runner], *, tool_turns: int, rol
         # The bare activities do none of the rollout's work (model call, tool call, reward), so all
         # of bare's time is orchestration; gymflow's is orchestration plus that work, which the
         # direct loop measures on its own (same endpoint, env and HTTP client, same run).
-        if gap is not None and runner.kind != BARE:
+        if gap is not None and (runner.kind != BARE or runner.work):
             gap -= direct_p50 * 1000
         row["added_vs_bare_same_plan_ms"] = round(gap / per, 2) if gap is not None else None
         work = rows.get(BARE_WORK)
