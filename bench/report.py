@@ -8,8 +8,8 @@ from typing import Any
 from bench.scenarios import BARE, BARE_FUSED, BARE_LOCAL, DIRECT, FUSED
 
 TARGETS = {
-    "a": "<= 2 ms p50 added per activity over bare Temporal with the same plan (the work itself, "
-    "the direct loop's time, not counted)",
+    "a": "<= 2 ms p50 added per activity over bare Temporal with the same plan doing the same work "
+    "(bench.bare, model_url; without that runner: over bare's time plus the direct loop's)",
     "b": ">= 0.9x bare Temporal with the same plan (activity-steps/s), doing the same work (bench.bare, "
     "model_url; bare doing none reported beside)",
     "c": "<= 1.5x direct wall time and <= 1.10x bare Temporal with the same plan",
@@ -37,10 +37,13 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     if "a" in scenarios and label:
         row = scenarios["a"]["runners"][label]
         added, work = row["added_vs_bare_same_plan_ms"], row.get("added_vs_bare_same_work_ms")
-        reached = f"{added} ms (bare's time plus the direct loop's)" + (
-            f"; {work} ms over bare doing the same work" if work is not None else ""
+        # The ceiling that does the same work when it ran: it pays what the work costs inside a
+        # worker sharing the box with the server, which the direct loop, run alone, does not.
+        verdict = work if work is not None else added
+        reached = (f"{work} ms over bare doing the same work; " if work is not None else "") + (
+            f"{added} ms over bare's time plus the direct loop's"
         )
-        out["a"] = {"target": TARGETS["a"], "reached": reached, "met": added is not None and added <= 2}
+        out["a"] = {"target": TARGETS["a"], "reached": reached, "met": verdict is not None and verdict <= 2}
     if "b" in scenarios and label:
         row = scenarios["b"]["runners"][label]
         ratio, work = row["vs_bare_same_plan"], row.get("vs_bare_same_work")
