@@ -25,12 +25,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-from envs.contract import Message, ToolSpec
+from activities.model import ModelConfig
+from envs.contract import Message, Task, ToolSpec, json_bytes
 
 DEFAULT_MAX_CHARS = 256 * 1024 * 1024
 """Default bound on the characters held (content, raw tool-call arguments, inline images' base64)."""
 MESSAGE_OVERHEAD_CHARS = 256
 """What a message counts for besides its content (role, tool calls, ids), for the bound."""
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a token gives back: the conversation's start, and the turn's tools, model settings and
+    reward task (None: the turn that was held had none to score against)."""
+
+    messages: list[Message]
+    tools: list[ToolSpec]
+    model: ModelConfig | None
+    task: Task | None
 
 
 @dataclass(frozen=True)
@@ -42,10 +54,14 @@ class Context:
     tools: tuple[ToolSpec, ...]
     sizes: tuple[int, ...]
     """`sizes[i]`: the size of `messages[: i + 1]`, so the next turn sizes only what it adds."""
+    model: ModelConfig | None
+    task: Task | None
+    settings_size: int
+    """What the model settings and the task count for (their JSON, sized once per rollout)."""
 
     @property
     def size(self) -> int:
-        return self.sizes[-1] if self.sizes else 0
+        return (self.sizes[-1] if self.sizes else 0) + self.settings_size
 
 
 def _size(message: Message) -> int:
@@ -56,6 +72,10 @@ def _size(message: Message) -> int:
         + sum(len(a.data or "") for a in message.images)
         + MESSAGE_OVERHEAD_CHARS
     )
+
+
+def _settings_size(model: ModelConfig | None, task: Task | None) -> int:
+    return sum(json_bytes(part) for part in (model, task) if part is not None)
 
 
 class ContextCache:
@@ -78,13 +98,14 @@ class ContextCache:
     def chars(self) -> int:
         return self._chars
 
-    def get(self, state_key: str, token: str, count: int) -> tuple[list[Message], list[ToolSpec]] | None:
-        """The first `count` messages and the tools stored under `token`, or None if not held."""
+    def get(self, state_key: str, token: str, count: int) -> Held | None:
+        """The first `count` messages stored under `token`, with the turn's tools, model settings and
+        task; None if not held."""
         entry = self._entries.get(state_key)
         if entry is None or count > entry.tokens.get(token, -1):
             return None
         self._entries.move_to_end(state_key)
-        return list(entry.messages[:count]), list(entry.tools)
+        return Held(list(entry.messages[:count]), list(entry.tools), entry.model, entry.task)
 
     def put(
         self,
@@ -93,18 +114,24 @@ class ContextCache:
         tools: Sequence[ToolSpec],
         *,
         extends: tuple[str, int] | None = None,
+        model: ModelConfig | None = None,
+        task: Task | None = None,
     ) -> str | None:
-        """Hold `messages` and `tools` for `state_key` under a fresh token; None if they cannot fit.
+        """Hold `messages`, `tools`, `model` and `task` for `state_key` under a fresh token; None if
+        they cannot fit.
 
         `extends` is the (token, count) the turn was given: its first `count` messages, which start
         `messages`, stay held under that token too, for a retry of the same turn.
         """
         previous = self._entries.get(state_key)
         kept: tuple[int, ...] = ()  # the sizes of the start held already: a turn sizes only its own part
-        if extends is not None and previous is not None and previous.tokens.get(extends[0], -1) >= extends[1]:
+        extended = extends is not None and previous is not None and previous.tokens.get(extends[0], -1) >= extends[1]
+        if extends is not None and previous is not None and extended:
             kept = previous.sizes[: min(extends[1], len(messages))]
         sizes = kept + tuple(accumulate(map(_size, messages[len(kept) :]), initial=kept[-1] if kept else 0))[1:]
-        size = sizes[-1] if sizes else 0
+        same = previous is not None and extended and previous.model == model and previous.task == task
+        settings_size = previous.settings_size if previous is not None and same else _settings_size(model, task)
+        size = (sizes[-1] if sizes else 0) + settings_size
         self.forget(state_key)
         if size > self.max_chars:
             return None
@@ -115,7 +142,7 @@ class ContextCache:
         tokens = {token: len(messages)}
         if extends is not None:
             tokens[extends[0]] = min(extends[1], len(messages))
-        self._entries[state_key] = Context(tokens, tuple(messages), tuple(tools), sizes)
+        self._entries[state_key] = Context(tokens, tuple(messages), tuple(tools), sizes, model, task, settings_size)
         self._chars += size
         return token
 

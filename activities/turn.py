@@ -31,13 +31,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from temporalio import activity
 
 from activities import errors
 from activities.env import CallToolInput, ComputeRewardInput, EnvActivities, log_context
 from activities.model import GenerateInput, GenerateResult, ModelActivities
-from envs.contract import Reward, Task, ToolCall, ToolResult, ToolSpec, Wire, json_bytes
+from envs.contract import Message, Reward, Task, ToolCall, ToolResult, ToolSpec, Wire, json_bytes
+from envs.tokens import TokenPrefix
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +70,23 @@ class CachedContext(Wire):
     """How many messages, from the first, the node holds under `token`."""
 
 
+class TurnDelta(Wire):
+    """A turn's model input when its node holds the rest (`PlayTurnInput.cached`): the messages after
+    the held ones. The held turn's model settings, tools and reward task complete it."""
+
+    messages: list[Message]
+    rollout_id: str
+    turn: int
+    token_prefix: TokenPrefix | None = None
+
+
 class PlayTurnInput(Wire):
     """One fused turn of a rollout whose state lives on this node."""
 
-    generate: GenerateInput
-    """The model turn (conversation so far, tools, model settings). With `cached` set, its messages
-    are only those after the cached ones, and the cached tool list replaces its tools."""
+    generate: GenerateInput | TurnDelta
+    """The model turn: whole (conversation so far, tools, model settings), or with `cached` set,
+    a `TurnDelta` (or, as turns were sent before deltas, a GenerateInput whose messages are only
+    those after the cached ones and whose tools the cached ones replace)."""
     cached: CachedContext | None = None
     """The conversation's start as this node holds it, or None: `generate` is whole."""
     env: str
@@ -85,10 +97,17 @@ class PlayTurnInput(Wire):
     """Tool calls the rollout sent to the env before this turn (the budget counts these)."""
     max_tool_calls: int = Field(ge=0)
     reward_task: Task | None = None
-    """Set when a final answer may be scored here: the task to score it against."""
+    """Set when a final answer may be scored here: the task to score it against. A `TurnDelta`
+    turn scores against the task held with its conversation instead."""
     room_bytes: int | None = None
     """What the rollout's payload budget still admits (None: unbounded). A final answer is scored
     here only if it and its token data fit, i.e. the workflow keeps it whole."""
+
+    @model_validator(mode="after")
+    def _delta_needs_cached(self) -> PlayTurnInput:
+        if isinstance(self.generate, TurnDelta) and self.cached is None:
+            raise ValueError("a turn sent as a delta (no model settings) needs `cached`: the start it extends")
+        return self
 
 
 class PlayTurnResult(Wire):
@@ -119,16 +138,16 @@ class TurnActivities:
         """Ask the model, run its tool calls, and score a final answer; see the module docstring."""
         log_context(input.env, state_key=input.state_key)  # the model's lines too, not only the tools'
         cached = input.cached
-        input = self._whole(input)
-        generated = await self.model.generate(input.generate)
+        input, generate = self._whole(input)
+        generated = await self.model.generate(generate)
         message = generated.message
         if not message.tool_calls:
-            return await self._final(input, generated)
+            return await self._final(input, generate, generated)
         results: list[ToolResult] = []
         made = input.tool_calls_made
         budget = self._result_budget(generated)
         for call in message.tool_calls:
-            result = refusal(call, input.generate.tools, made, input.max_tool_calls)
+            result = refusal(call, generate.tools, made, input.max_tool_calls)
             if result is None:
                 made += 1
                 result = await self.env.call_tool(
@@ -147,32 +166,50 @@ class TurnActivities:
             results.append(result)
         token = self.env.contexts.put(
             input.state_key,
-            [*input.generate.messages, message],
-            input.generate.tools,
+            [*generate.messages, message],
+            generate.tools,
             extends=None if cached is None else (cached.token, cached.messages),
+            model=generate.model,
+            task=input.reward_task,
         )
         return PlayTurnResult(generated=generated, results=results, context_token=token)
 
-    def _whole(self, input: PlayTurnInput) -> PlayTurnInput:
-        """`input` with the conversation's cached start put back (CONTEXT_MISSING if not held here)."""
+    def _whole(self, input: PlayTurnInput) -> tuple[PlayTurnInput, GenerateInput]:
+        """`input` with the conversation's cached start (and for a `TurnDelta`, the held model settings,
+        tools and reward task) put back, and its whole model input; CONTEXT_MISSING if not held here."""
+        delta = input.generate
         if input.cached is None:
-            return input
+            assert isinstance(delta, GenerateInput)  # PlayTurnInput refuses a delta without `cached`
+            return input, delta
         held = self.env.contexts.get(input.state_key, input.cached.token, input.cached.messages)
-        if held is None:
+        if held is None or (isinstance(delta, TurnDelta) and held.model is None):
             raise errors.non_retryable(
                 f"this node no longer holds the first {input.cached.messages} messages of rollout state "
                 f"{input.state_key}; send the turn whole",
                 type=errors.CONTEXT_MISSING,
             )
-        messages, tools = held
-        generate = input.generate.model_copy(update={"messages": [*messages, *input.generate.messages], "tools": tools})
-        return input.model_copy(update={"generate": generate, "cached": None})
+        messages = [*held.messages, *delta.messages]
+        if isinstance(delta, TurnDelta):
+            assert held.model is not None
+            generate = GenerateInput(
+                model=held.model,
+                messages=messages,
+                tools=held.tools,
+                rollout_id=delta.rollout_id,
+                turn=delta.turn,
+                token_prefix=delta.token_prefix,
+            )
+            task = held.task
+        else:
+            generate = delta.model_copy(update={"messages": messages, "tools": held.tools})
+            task = input.reward_task
+        return input.model_copy(update={"generate": generate, "cached": None, "reward_task": task}), generate
 
     def _result_budget(self, generated: GenerateResult) -> int | None:
         limit = self.env.payload_limit_bytes
         return None if limit is None else limit // 2 - json_bytes(generated)
 
-    async def _final(self, input: PlayTurnInput, generated: GenerateResult) -> PlayTurnResult:
+    async def _final(self, input: PlayTurnInput, generate: GenerateInput, generated: GenerateResult) -> PlayTurnResult:
         if input.reward_task is None:
             return PlayTurnResult(generated=generated)
         size = json_bytes(generated.message) + (json_bytes(generated.tokens) if generated.tokens is not None else 0)
@@ -181,7 +218,7 @@ class TurnActivities:
         scored = ComputeRewardInput(
             env=input.env,
             state_key=input.state_key,
-            messages=[*input.generate.messages, generated.message],
+            messages=[*generate.messages, generated.message],
             task=input.reward_task,
             release=True,
         )

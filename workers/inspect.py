@@ -100,26 +100,30 @@ def _failure_text(failure: Any) -> str:
     return ": ".join(p for p in parts if p)
 
 
-def _label(activity: str, input: Any) -> str:
-    """A step without a summary: fused turns carry none (workflows.rollout), so name the turn from its input."""
+def _label(activity: str, input: Any, model: str | None = None) -> str:
+    """A step without a summary: fused turns carry none (workflows.rollout), so name the turn from its
+    input; a turn sent as a delta names no model, so `model` (the last one named) stands in."""
     generate = input.get("generate") if activity == "play_turn" and isinstance(input, dict) else None
     if not isinstance(generate, dict) or not isinstance(generate.get("turn"), int):
         return activity
-    model = (generate.get("model") or {}).get("model") or "model"
+    model = (generate.get("model") or {}).get("model") or model or "model"
     return f"{model} turn {generate['turn'] + 1} + tools"
 
 
 async def _steps(client: Client, events: list[HistoryEvent], start: datetime) -> list[Step]:
     steps: dict[int, Step] = {}
+    model: str | None = None  # the model the last whole fused turn named
     for event in events:
         if event.HasField("activity_task_scheduled_event_attributes"):
             attrs = event.activity_task_scheduled_event_attributes
             summary = await _text(client, event.user_metadata.summary if event.HasField("user_metadata") else None)
             input = await _decode(client, attrs.input)
+            label = _label(attrs.activity_type.name, input, model)
+            model = label.split(" turn ")[0] if label.endswith(" + tools") else model
             steps[event.event_id] = Step(
                 index=len(steps) + 1,
                 activity=attrs.activity_type.name,
-                summary=summary or _label(attrs.activity_type.name, input),
+                summary=summary or label,
                 offset_s=_seconds(event, start),
                 input=input,
             )

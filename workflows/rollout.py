@@ -22,7 +22,8 @@ Fused turns (activities.turn; the default of stateless envs that set `BaseEnv.fu
 `RolloutInput.fuse_turns`): a turn is one `play_turn` activity on the rollout's node — model call,
 tool calls, and for a final answer the reward and the release — so a rollout of n tool turns is
 n + 2 activities instead of 2n + 3. A retry re-runs the whole turn, hence stateless envs only.
-A fused turn sends its node only the messages the node does not hold yet (activities.context_cache).
+A fused turn sends its node only the messages the node does not hold yet, and after the first turn
+neither the model settings, the tools nor the task (activities.context_cache).
 Starters (the SDK, parent workflows) set the initial search attributes and memo, so the workflow
 upserts only what is missing. All three sit behind the `ROLLOUT_PLAN_2` patch: histories written
 before it replay on the old plan.
@@ -40,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from activities import errors
     from activities.env import RolloutHandle
     from activities.model import GenerateInput, GenerateResult, ModelActivities
-    from activities.turn import CachedContext, PlayTurnInput, PlayTurnResult, TurnActivities
+    from activities.turn import CachedContext, PlayTurnInput, PlayTurnResult, TurnActivities, TurnDelta
     from envs.contract import Message, Reward, TerminationReason, Trajectory, Usage
     from envs.rewards.rubric import Rubric
     from envs.tokens import TokenPrefix, TurnTokens
@@ -273,7 +274,7 @@ class RolloutWorkflow:
             result = await execute(
                 TurnActivities.play_turn,
                 PlayTurnInput(
-                    generate=self._generate_input(handle, after=cached),
+                    generate=self._generate_input(handle) if cached is None else self._turn_delta(cached),
                     cached=cached,
                     env=input.env,
                     state_key=handle.state_key,
@@ -281,7 +282,7 @@ class RolloutWorkflow:
                     max_output_chars=limits.max_tool_output_chars,
                     tool_calls_made=env.tool_calls,
                     max_tool_calls=limits.max_tool_calls,
-                    reward_task=input.task,
+                    reward_task=input.task if cached is None else None,  # the node holds it with the rest
                     room_bytes=room,
                 ),
                 task_queue=handle.node_queue,
@@ -321,12 +322,22 @@ class RolloutWorkflow:
         self._node_context = (handle.state_key, CachedContext(token=token, messages=held_count)) if token else None
         return result
 
-    def _generate_input(self, handle: RolloutHandle, *, after: CachedContext | None = None) -> GenerateInput:
-        """The model turn's input; `after`: only the messages after those the node holds, no tools."""
+    def _generate_input(self, handle: RolloutHandle) -> GenerateInput:
+        """The model turn's whole input."""
         return GenerateInput(
             model=self._input.model,
-            messages=self._messages[after.messages :] if after else self._messages,
-            tools=[] if after else handle.tools,
+            messages=self._messages,
+            tools=handle.tools,
+            rollout_id=self._rollout_id,
+            turn=self._turns,
+            token_prefix=self._token_prefix,
+        )
+
+    def _turn_delta(self, after: CachedContext) -> TurnDelta:
+        """A fused turn's model input when its node holds the conversation's start, the model settings,
+        the tools and the task: only the messages after those it holds."""
+        return TurnDelta(
+            messages=self._messages[after.messages :],
             rollout_id=self._rollout_id,
             turn=self._turns,
             token_prefix=self._token_prefix,

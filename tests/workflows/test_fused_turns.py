@@ -140,11 +140,16 @@ async def test_a_fused_turn_sends_only_what_its_node_does_not_hold(client: Clien
     first = inputs[0]
     assert first["cached"] is None and len(first["generate"]["messages"]) == 2  # system prompt, task
     assert [t["name"] for t in first["generate"]["tools"]] == policy.seen[0][1]
+    assert first["generate"]["model"]["base_url"] and first["reward_task"]["id"] == task.id
     for turn, later in enumerate(inputs[1:], start=1):
         count = 2 + 2 * (turn - 1) + 1  # system, task, then a reply and its result per turn, this reply
         assert later["cached"]["messages"] == count
         assert [m["role"] for m in later["generate"]["messages"]] == ["tool"]  # only the new result
-        assert later["generate"]["tools"] == []
+        # Neither model settings, tools nor task: the node holds them with the conversation.
+        assert set(later["generate"]) == {"messages", "rollout_id", "turn", "token_prefix"}
+        assert later["reward_task"] is None
+    # ... and the final turn was scored there, against the task the node held.
+    assert "compute_reward" not in await activity_types(client, result.rollout_id)
 
 
 async def test_a_turn_whose_start_the_node_lost_is_sent_again_whole(
@@ -170,6 +175,7 @@ async def test_a_turn_whose_start_the_node_lost_is_sent_again_whole(
     inputs = await play_turn_inputs(client, result.rollout_id)
     assert [i["cached"] is not None for i in inputs] == [False, True, False, True, True]
     assert inputs[2]["generate"]["messages"] == [m.model_dump(mode="json") for m in result.messages[:4]]
+    assert inputs[2]["generate"]["model"] and inputs[2]["reward_task"]["id"] == task.id  # whole, settings too
     history = await client.get_workflow_handle(result.rollout_id).fetch_history()
     failures = [
         e.activity_task_failed_event_attributes.failure.application_failure_info.type
