@@ -5,9 +5,11 @@ turn, the conversation makes a rollout's history grow with the square of its tur
 k turns of messages): 123 KiB for a 20-turn rollout of the benchmark env whose own messages total
 about 6 KiB, converted to and from JSON on both sides of every turn. The node that plays a
 rollout's turns is always the same one (the rollout is pinned to its node queue), so it keeps what
-the last turn saw — the conversation, the reply it gave, the tools — under a fresh random token,
-and the next turn sends the token, how many messages it covers, and the messages after them (the
-tool results the workflow added). History then grows with the conversation, not its square.
+the last turn saw — the conversation, the reply it gave, the tools, the model settings and the task
+to score a final answer against — under a fresh random token, and the next turn sends the token,
+how many messages it covers, and the messages after them (the tool results the workflow added) as
+an `activities.turn.TurnDelta`. History then grows with the conversation, not its square, and a
+turn's input carries nothing that does not change between turns.
 
 The cache is only an optimisation; the workflow's transcript stays the record. A token names one
 attempt's conversation: a late attempt that wrote after the accepted one cannot be mistaken for it,
