@@ -127,12 +127,14 @@ class ContextCache:
         """
         previous = self._entries.get(state_key)
         kept: tuple[int, ...] = ()  # the sizes of the start held already: a turn sizes only its own part
-        extended = extends is not None and previous is not None and previous.tokens.get(extends[0], -1) >= extends[1]
-        if extends is not None and previous is not None and extended:
+        settings_size: int | None = None
+        if extends is not None and previous is not None and previous.tokens.get(extends[0], -1) >= extends[1]:
             kept = previous.sizes[: min(extends[1], len(messages))]
+            if previous.model == model and previous.task == task:
+                settings_size = previous.settings_size
+        if settings_size is None:
+            settings_size = _settings_size(model, task)
         sizes = kept + tuple(accumulate(map(_size, messages[len(kept) :]), initial=kept[-1] if kept else 0))[1:]
-        same = previous is not None and extended and previous.model == model and previous.task == task
-        settings_size = previous.settings_size if previous is not None and same else _settings_size(model, task)
         size = (sizes[-1] if sizes else 0) + settings_size
         self.forget(state_key)
         if size > self.max_chars:

@@ -100,14 +100,16 @@ def _failure_text(failure: Any) -> str:
     return ": ".join(p for p in parts if p)
 
 
-def _label(activity: str, input: Any, model: str | None = None) -> str:
-    """A step without a summary: fused turns carry none (workflows.rollout), so name the turn from its
-    input; a turn sent as a delta names no model, so `model` (the last one named) stands in."""
+def _turn(activity: str, input: Any) -> dict[str, Any] | None:
+    """A fused turn's model input (`generate`), or None for any other step."""
     generate = input.get("generate") if activity == "play_turn" and isinstance(input, dict) else None
-    if not isinstance(generate, dict) or not isinstance(generate.get("turn"), int):
-        return activity
-    model = (generate.get("model") or {}).get("model") or model or "model"
-    return f"{model} turn {generate['turn'] + 1} + tools"
+    return generate if isinstance(generate, dict) and isinstance(generate.get("turn"), int) else None
+
+
+def _label(activity: str, turn: dict[str, Any] | None, model: str | None) -> str:
+    """A step without a summary: fused turns carry none (workflows.rollout), so name the turn from its
+    input (`_turn`); `model`: the model its input or, for a turn sent as a delta, the last whole one named."""
+    return activity if turn is None else f"{model or 'model'} turn {turn['turn'] + 1} + tools"
 
 
 async def _steps(client: Client, events: list[HistoryEvent], start: datetime) -> list[Step]:
@@ -118,8 +120,9 @@ async def _steps(client: Client, events: list[HistoryEvent], start: datetime) ->
             attrs = event.activity_task_scheduled_event_attributes
             summary = await _text(client, event.user_metadata.summary if event.HasField("user_metadata") else None)
             input = await _decode(client, attrs.input)
-            label = _label(attrs.activity_type.name, input, model)
-            model = label.split(" turn ")[0] if label.endswith(" + tools") else model
+            turn = _turn(attrs.activity_type.name, input)
+            model = ((turn or {}).get("model") or {}).get("model") or model
+            label = _label(attrs.activity_type.name, turn, model)
             steps[event.event_id] = Step(
                 index=len(steps) + 1,
                 activity=attrs.activity_type.name,
