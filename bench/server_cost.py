@@ -19,7 +19,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -29,13 +29,16 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from bench.bare import BARE_WORKFLOW, BareInput
 from bench.direct import DirectRunner
-from bench.procs import Procs, fresh_servers, start_bare_and_gymflow
-from bench.scenarios import CLASSIC, FUSED, Bench, Runner
+from bench.procs import Procs, fresh_servers, profiled, start_bare_and_gymflow
+from bench.scenarios import BARE_WORK, CLASSIC, FUSED, Bench, Runner
 from bench.workload import BenchEnv
-from workflows.names import SA_ENV, SA_MODEL
+from workflows.names import ROLLOUT_WORKFLOW, SA_ENV, SA_MODEL
 
 OUT = Path(__file__).resolve().parent / "out"
 TOOL_TURNS = 10
+WORK = "+work"
+"""Fused plan: the bare turns do the rollout's work (the model call, the tool, the reward), as
+`bench.scenarios.BARE_WORK` does: the worker's CPU to compare with gymflow's."""
 PAD_BYTES = 180
 """Input bytes per turn so far: makes the bare history about as large as gymflow's bench rollout."""
 
@@ -75,6 +78,7 @@ async def history_bytes(client: Client, workflow_id: str) -> int:
 async def measure(
     bench: Bench, label: str, one: Callable[[], Awaitable[str]], *, rollouts: int, concurrency: int
 ) -> dict[str, Any]:
+    workflow_type = ROLLOUT_WORKFLOW if label == "gymflow" else BARE_WORKFLOW
     semaphore = asyncio.Semaphore(concurrency)
     ids: list[str] = []
 
@@ -96,14 +100,30 @@ async def measure(
         "policy_ms_per_rollout": round(cpu.get("policy", 0) * 1000 / rollouts, 1),
         "worker_ms_per_rollout": round(max(cpu.get("bare", 0), cpu.get("gymflow", 0)) * 1000 / rollouts, 1),
         "rollouts_per_s": round(rollouts / wall, 2),
-        "history_bytes": await history_bytes(bench.client, ids[-1] or await any_rollout(bench.client)),
+        "history_bytes": await history_bytes(bench.client, ids[-1] or await any_rollout(bench.client, workflow_type)),
     }
     print(label, json.dumps(row), flush=True)
     return row
 
 
+def worker_role(label: str) -> str:
+    """The process (bench.procs role) whose worker runs `label`'s rollouts."""
+    return "gymflow" if label == "gymflow" else "bare"
+
+
+def slug(label: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in label.strip("+"))
+
+
 async def run(
-    rollouts: int, concurrency: int, repeats: int, plan: str = CLASSIC, *, fresh: bool = True
+    rollouts: int,
+    concurrency: int,
+    repeats: int,
+    plan: str = CLASSIC,
+    *,
+    fresh: bool = True,
+    only: Sequence[str] = (),
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="gymflow-cost-"))
     procs = Procs()
@@ -121,20 +141,28 @@ async def run(
 
             runs[label] = one
         gymflow = Runner("gymflow", "gymflow", "bench-gymflow", plan=plan)
+        with_work = Runner(BARE_WORK, "bare", "bench-bare", plan=FUSED, work=True)
 
-        async def gymflow_one() -> str:
-            await bench.rollout(gymflow, 0, tool_turns=TOOL_TURNS, model_s=0, tool_s=0)
-            return ""  # the SDK picks the id; any_rollout finds one
+        def through_bench(runner: Runner) -> Callable[[], Awaitable[str]]:
+            async def one() -> str:
+                await bench.rollout(runner, 0, tool_turns=TOOL_TURNS, model_s=0, tool_s=0)
+                return ""  # the SDK picks the id; any_rollout finds one
 
-        runs["gymflow"] = gymflow_one
+            return one
+
+        if plan == FUSED:
+            runs[WORK] = through_bench(with_work)
+        runs["gymflow"] = through_bench(gymflow)
+        runs = {label: one for label, one in runs.items() if not only or label in only}
         measured: dict[str, list[dict[str, Any]]] = {label: [] for label in runs}
         labels = list(runs)
         for repeat in range(repeats):  # alternating, each repeat starting one variant later
             shift = repeat % len(labels)
             for label in [*labels[shift:], *labels[:shift]]:
-                measured[label].append(
-                    await measure(bench, label, runs[label], rollouts=rollouts, concurrency=concurrency)
-                )
+                spied = profile and profile / f"cost_{slug(label)}_{repeat}.txt"
+                with profiled(procs.pids.get(worker_role(label)), spied):
+                    row = await measure(bench, label, runs[label], rollouts=rollouts, concurrency=concurrency)
+                measured[label].append(row)
         rows: dict[str, Any] = {}
         for label, records in measured.items():
             server = [r["server_ms_per_rollout"] for r in records]
@@ -162,8 +190,8 @@ async def run(
         shutil.rmtree(work, ignore_errors=True)
 
 
-async def any_rollout(client: Client) -> str:
-    async for execution in client.list_workflows("WorkflowType = 'RolloutWorkflow'", limit=1):
+async def any_rollout(client: Client, workflow_type: str) -> str:
+    async for execution in client.list_workflows(f"WorkflowType = '{workflow_type}'", limit=1):
         return execution.id
     raise RuntimeError("no rollout found")
 
@@ -175,8 +203,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--plan", choices=[CLASSIC, FUSED], default=CLASSIC, help="the bare and gymflow plan")
     parser.add_argument("--same-server", action="store_true", help="every run on one server (its database grows)")
+    parser.add_argument("--only", nargs="+", default=[], help="measure only these variants (labels as printed)")
+    parser.add_argument("--profile", type=Path, help="py-spy each run's worker into DIR/cost_<variant>_<repeat>.txt")
     args = parser.parse_args()
-    report = asyncio.run(run(args.rollouts, args.concurrency, args.repeats, args.plan, fresh=not args.same_server))
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    report = asyncio.run(
+        run(
+            args.rollouts,
+            args.concurrency,
+            args.repeats,
+            args.plan,
+            fresh=not args.same_server,
+            only=args.only,
+            profile=args.profile,
+        )
+    )
     OUT.mkdir(parents=True, exist_ok=True)
     out = OUT / ("server_cost.json" if args.plan == CLASSIC else f"server_cost_{args.plan}.json")
     out.write_text(json.dumps(report, indent=2))

@@ -2,7 +2,8 @@
 
 `gymflow` runs the real worker (`workers.worker.running_worker`, settings from GYMFLOW_*
 variables as `gymflow worker` reads them) with the benchmark env registered; `bare` runs
-`BareRolloutWorkflow` with the same worker options. It prints ``ready`` once polling and stops on
+`BareRolloutWorkflow` with the same worker options, in the SDK's stock sandbox runner (gymflow's own
+runner with GYMFLOW_BENCH_BARE_RUNNER=gymflow). It prints ``ready`` once polling and stops on
 SIGTERM/SIGINT. `--processes N` runs N of them under the `gymflow worker --processes` supervisor
 (workers.processes), each printing its own ``ready``.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 import tempfile
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from bench.bare import BareActivities, BareRolloutWorkflow
 from bench.direct import DirectRunner
@@ -28,19 +31,27 @@ from workers.client import connect
 from workers.config import Settings
 from workflows.names import node_queue
 
+BARE_RUNNER_VAR = "GYMFLOW_BENCH_BARE_RUNNER"
+"""``stock`` (default): the bare workflow runs in the SDK's `SandboxedWorkflowRunner`; ``gymflow``: in
+gymflow's (workers.sandbox_runner), to measure what that runner alone gives."""
+
 
 @contextlib.asynccontextmanager
 async def bare_worker(client: Client, settings: Settings) -> AsyncIterator[None]:
-    from workers.worker import worker_tuning
+    from workers.worker import SANDBOX_RESTRICTIONS, WORKFLOW_RUNNER, worker_tuning
 
     queue = node_queue(settings.task_queue, settings.node_id)
+    # Bare Temporal runs its workflows in the SDK's own sandbox runner (gymflow's passthrough list,
+    # so its imports cost the same); GYMFLOW_BENCH_BARE_RUNNER=gymflow gives it gymflow's runner.
+    stock = os.environ.get(BARE_RUNNER_VAR, "stock") != "gymflow"
+    runner = SandboxedWorkflowRunner(restrictions=SANDBOX_RESTRICTIONS) if stock else WORKFLOW_RUNNER
     acts = BareActivities(queue, work=DirectRunner(BenchEnv(workspace_root=settings.workspace_root / "bare")))
     shared = Worker(
         client,
         task_queue=settings.task_queue,
         workflows=[BareRolloutWorkflow],
         activities=[acts.init, acts.generate],
-        **worker_tuning(settings, workflows=True),
+        **(worker_tuning(settings, workflows=True) | {"workflow_runner": runner}),
     )
     node = Worker(
         client,

@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 from temporalio.client import Client
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from activities.dataset import DatasetActivities
 from activities.env import EnvActivities
@@ -37,6 +37,7 @@ from workers.config import Settings
 from workers.dedup import DedupInterceptor
 from workers.judge_worker import judge_worker
 from workers.reaper import run_reaper
+from workers.sandbox_runner import FastContextRunner
 from workflows.dataset import DatasetGenerationWorkflow
 from workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
 from workflows.names import judge_queue, node_queue
@@ -71,9 +72,9 @@ SANDBOX_PASSTHROUGH = (
     *("workflows.rollout_env", "workflows.session_schema"),
     "workflows.training_schema",
 )
-WORKFLOW_RUNNER = SandboxedWorkflowRunner(
-    restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
-)
+SANDBOX_RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
+WORKFLOW_RUNNER = FastContextRunner(restrictions=SANDBOX_RESTRICTIONS)
+"""The sandbox, without the SDK runner's per-payload entries into it (workers.sandbox_runner)."""
 
 
 def worker_tuning(settings: Settings, *, workflows: bool) -> dict[str, Any]:

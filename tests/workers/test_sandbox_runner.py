@@ -1,0 +1,105 @@
+"""gymflow's workflow runner (workers.sandbox_runner): the SDK's sandbox, minus its per-payload entries.
+
+The runner answers the SDK's serialization-context lookups without entering the sandbox. These tests
+prove the answers are the SDK's own (every lookup of every recorded history compared), that the fast
+path is really the one taken (an SDK release that moves the internals fails here, not silently
+slower), and that workflow code is still sandboxed: a workflow reading the wall clock still fails.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio import workflow
+from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
+from temporalio.worker import Replayer, Worker
+from temporalio.worker._workflow_instance import WorkflowInstance, WorkflowInstanceDetails
+from temporalio.worker.workflow_sandbox import RestrictedWorkflowAccessError
+from temporalio.worker.workflow_sandbox import _runner as sdk_runner
+
+# This module holds a workflow, so the sandbox re-imports it: what it imports passes through.
+with workflow.unsafe.imports_passed_through():
+    from workers import sandbox_runner
+    from workers.client import DATA_CONVERTER
+    from workers.worker import SANDBOX_RESTRICTIONS, WORKFLOW_RUNNER, WORKFLOWS
+
+HISTORIES = sorted((Path(__file__).parents[1] / "workflows" / "histories").glob("*.json"))
+
+
+def _history(path: Path) -> WorkflowHistory:
+    return WorkflowHistory.from_json(re.split(r"_plan|_run\d", path.stem)[0], path.read_text())
+
+
+class _Comparing(sandbox_runner._Instance):
+    """Answers as gymflow's runner does and records what the SDK's own path answers beside it."""
+
+    pairs: list[tuple[Any, Any]] = []
+
+    def get_serialization_context(self, command_info: Any) -> Any:
+        fast = super().get_serialization_context(command_info)
+        _Comparing.pairs.append((fast, sdk_runner._Instance.get_serialization_context(self, command_info)))
+        return fast
+
+    def get_external_store_context(self, command_info: Any) -> Any:
+        fast = super().get_external_store_context(command_info)
+        _Comparing.pairs.append((fast, sdk_runner._Instance.get_external_store_context(self, command_info)))
+        return fast
+
+
+class _ComparingRunner(sandbox_runner.FastContextRunner):
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return _Comparing(det, self.runner_class, self.restrictions)
+
+
+async def test_context_lookups_answer_as_the_sdk_does_for_every_recorded_history() -> None:
+    _Comparing.pairs = []
+    runner = _ComparingRunner(restrictions=SANDBOX_RESTRICTIONS)
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=runner)
+    for path in HISTORIES:
+        await replayer.replay_workflow(_history(path))
+    assert len(_Comparing.pairs) > 100
+    kinds = {type(fast).__name__ for fast, _ in _Comparing.pairs}
+    # Activities, child workflows and the workflow's own payloads all came by.
+    assert {"ActivitySerializationContext", "WorkflowSerializationContext", "StorageDriverStoreContext"} <= kinds
+    assert all(fast == sdk for fast, sdk in _Comparing.pairs)
+
+
+async def test_the_fast_path_is_the_one_taken(caplog: pytest.LogCaptureFixture) -> None:
+    before = sandbox_runner._Instance.fast_lookups
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=WORKFLOW_RUNNER)
+    with caplog.at_level("WARNING", logger=sandbox_runner.__name__):
+        await replayer.replay_workflow(_history(next(p for p in HISTORIES if p.stem == "math_fused")))
+    assert sandbox_runner._Instance.fast_lookups - before >= 10
+    assert not [r for r in caplog.records if "slower path" in r.getMessage()]
+
+
+@workflow.defn(name="ReadsTheWallClock")
+class _ReadsTheWallClock:
+    @workflow.run
+    async def run(self) -> str:
+        return datetime.datetime.now().isoformat()  # the sandbox forbids this in workflow code
+
+
+async def test_workflow_code_is_still_sandboxed(client: Client) -> None:
+    queue = f"sandbox-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[_ReadsTheWallClock],
+        workflow_runner=WORKFLOW_RUNNER,
+        # Fail the workflow on the sandbox's error rather than retry its task until the timeout.
+        workflow_failure_exception_types=[RestrictedWorkflowAccessError],
+    ):
+        with pytest.raises(WorkflowFailureError) as failed:
+            await client.execute_workflow(
+                "ReadsTheWallClock",
+                id=f"sandbox-{uuid.uuid4().hex}",
+                task_queue=queue,
+                execution_timeout=datetime.timedelta(seconds=30),
+            )
+    assert "Cannot access datetime.datetime.now" in str(failed.value.cause)

@@ -1,0 +1,115 @@
+"""The workflow sandbox, without the per-payload price the SDK's runner charges for it.
+
+Workflow code runs in temporalio's sandbox as the SDK runs it: the workflow's module re-imported per
+run, restricted modules and builtins, determinism checks. Two costs of the SDK's runner are not the
+workflow code's, and a rollout paid them for every payload (README, Benchmarks):
+
+* To encode or decode a payload, the SDK asks the workflow instance which serialization context the
+  payload's command has (the activity, the child workflow), three passes each way. The sandboxed
+  instance answers by `exec`-ing a source string with the sandbox's import hooks installed, once
+  per payload per pass: ~65 µs, about as much as a turn's workflow code. The answer is a lookup in
+  the SDK's own instance (pending activities and children by sequence number), which imports
+  nothing, reads no clock and runs no workflow code; `FastContextRunner` reads it directly.
+* Every entry into the sandbox (activations, the lookups above when they still go through it)
+  compiled its source string anew; the compiled code is now kept (one per distinct string).
+
+Both rely on the SDK runner's internals (`_Instance`: its `globals_and_locals` and the in-sandbox
+object it creates). If an SDK release changes them, the runner falls back to the SDK's own path for
+that call and logs once, and tests/workers/test_sandbox_runner.py fails, so a silent slowdown
+cannot ship.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from types import CodeType
+from typing import Any
+
+import temporalio.converter
+import temporalio.workflow
+from temporalio.converter._extstore import StorageDriverStoreContext
+from temporalio.worker import _command_aware_visitor
+from temporalio.worker._workflow_instance import WorkflowInstance, WorkflowInstanceDetails
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox import _runner as sdk_runner
+
+log = logging.getLogger(__name__)
+
+IN_SANDBOX = "__temporal_in_sandbox"
+"""The name under which the SDK's runner keeps the in-sandbox object of a run."""
+
+_compiled: dict[str, CodeType] = {}
+_compiled_lock = threading.Lock()
+_warned: set[str] = set()
+
+
+def _code(source: str) -> CodeType:
+    code = _compiled.get(source)
+    if code is None:
+        code = compile(source, "workflow_sandbox.py", "exec")
+        with _compiled_lock:
+            _compiled[source] = code
+    return code
+
+
+def _fell_back(what: str) -> None:
+    if what not in _warned:
+        _warned.add(what)
+        log.warning("workflow sandbox: the SDK's %s internals changed; using its slower path", what)
+
+
+class _Instance(sdk_runner._Instance):
+    """The SDK's sandboxed instance with compiled entry code and direct context lookups."""
+
+    fast_lookups = 0
+    """Context lookups answered directly, over every run (tests read it)."""
+
+    def _run_code(self, code: str, **extra_globals: Any) -> None:
+        # The SDK's own `_run_code`, with the entry code compiled once instead of per call.
+        for key, value in extra_globals.items():
+            self.globals_and_locals[key] = value
+        try:
+            temporalio.workflow.unsafe._set_in_sandbox(True)
+            self._current_thread_id = threading.get_ident()
+            exec(_code(code), self.globals_and_locals, self.globals_and_locals)
+        finally:
+            temporalio.workflow.unsafe._set_in_sandbox(False)
+            self._current_thread_id = None
+            for key in extra_globals:
+                self.globals_and_locals.pop(key, None)
+
+    def _in_sandbox(self, what: str) -> Any:
+        inside = self.globals_and_locals.get(IN_SANDBOX)
+        if inside is None or not hasattr(inside, what):
+            _fell_back(what)
+            return None
+        _Instance.fast_lookups += 1
+        return inside
+
+    def get_serialization_context(
+        self, command_info: _command_aware_visitor.CommandInfo | None
+    ) -> temporalio.converter.SerializationContext | None:
+        inside = self._in_sandbox("get_serialization_context")
+        if inside is None:
+            return super().get_serialization_context(command_info)
+        context: temporalio.converter.SerializationContext | None = inside.get_serialization_context(command_info)
+        return context
+
+    def get_external_store_context(
+        self, command_info: _command_aware_visitor.CommandInfo | None
+    ) -> StorageDriverStoreContext:
+        inside = self._in_sandbox("get_external_store_context")
+        if inside is None:
+            return super().get_external_store_context(command_info)
+        context: StorageDriverStoreContext = inside.get_external_store_context(command_info)
+        return context
+
+
+@dataclass(frozen=True)
+class FastContextRunner(SandboxedWorkflowRunner):
+    """`SandboxedWorkflowRunner` with the two costs of the module docstring removed."""
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return _Instance(det, self.runner_class, self.restrictions)
