@@ -51,6 +51,8 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         # call or reward: its figure is reported beside it).
         verdict = work if work is not None else ratio
         reached = (f"{work}x bare doing the same work; " if work is not None else "") + f"{ratio}x bare doing none"
+        if (runner := row.get("vs_bare_same_work_same_runner")) is not None:
+            reached += f"; {runner}x bare doing the same work in gymflow's workflow runner"
         out["b"] = {"target": TARGETS["b"], "reached": reached, "met": verdict is not None and verdict >= 0.9}
     if "c" in scenarios and label:
         row = scenarios["c"]["runners"][label]
@@ -88,6 +90,11 @@ def summary_table(report: dict[str, Any]) -> str:
                 f"{row['steps_per_s']} activity-steps/s ({row['vs_bare']}x bare, "
                 f"{row.get('vs_bare_same_plan')}x bare with the same plan"
                 + (f", {row['vs_bare_same_work']}x bare with the same work" if "vs_bare_same_work" in row else "")
+                + (
+                    f", {row['vs_bare_same_work_same_runner']}x bare with the same work and runner"
+                    if "vs_bare_same_work_same_runner" in row
+                    else ""
+                )
                 + ") |"
             )
     if "c" in s:

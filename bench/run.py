@@ -48,6 +48,7 @@ from bench.scenarios import (  # noqa: E402
     BARE_FUSED,
     BARE_LOCAL,
     BARE_WORK,
+    BARE_WORK_RUNNER,
     CLASSIC,
     DIRECT,
     FUSED,
@@ -59,6 +60,7 @@ from bench.scenarios import (  # noqa: E402
     realistic,
     saturation,
 )
+from bench.worker import BARE_RUNNER_VAR  # noqa: E402
 from bench.workload import BenchEnv  # noqa: E402
 from workers import client as sdk  # noqa: E402
 
@@ -107,8 +109,12 @@ async def start_runners(
         Runner(BARE_LOCAL, BARE, "bench-bare", plan=LOCAL_PLAN),
         Runner(BARE_FUSED, BARE, "bench-bare", plan=FUSED),
         Runner(BARE_WORK, BARE, "bench-bare", plan=FUSED, work=True),
+        Runner(BARE_WORK_RUNNER, BARE, "bench-bare-runner", plan=FUSED, work=True),
     ]
     await start_worker(procs, BARE, mode="bare", address=address, task_queue="bench-bare")
+    if not args.runners or BARE_WORK_RUNNER in args.runners:  # a second bare worker, in gymflow's runner
+        queue, gymflow_runner = "bench-bare-runner", {BARE_RUNNER_VAR: "gymflow"}
+        await start_worker(procs, "bare-runner", mode="bare", address=address, task_queue=queue, env=gymflow_runner)
     for label, ref, env in [parse_variant(v) for v in args.variant] or [("gymflow", None, {})]:
         code_root = None
         if ref is not None:
@@ -123,6 +129,8 @@ async def start_runners(
     last = runners[-1]
     runners.append(Runner(f"{last.label}+classic", "gymflow", last.task_queue, plan=CLASSIC))
     runners.append(Runner(f"{last.label}+local", LOCAL, last.task_queue, plan=LOCAL_PLAN))
+    if args.runners:
+        runners = [r for r in runners if r.label in args.runners or r.kind == DIRECT]
     return address, runners
 
 
@@ -167,7 +175,10 @@ async def run_scenarios(args: argparse.Namespace, sizes: dict[str, Any], report:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    sizes = QUICK if args.quick else FULL
+    sizes = {name: dict(values) for name, values in (QUICK if args.quick else FULL).items()}
+    if args.repeats is not None:
+        for name in ("b", "c"):
+            sizes[name]["repeats"] = args.repeats
     report: dict[str, Any] = {
         "mode": "quick" if args.quick else "full",
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -223,6 +234,8 @@ def main() -> None:
         help="(b) and (c) on one server throughout, as before: later runs meet a larger database",
     )
     parser.add_argument("--profile", action="store_true", help="py-spy the (last) gymflow worker")
+    parser.add_argument("--runners", nargs="+", default=[], help="only these runners (labels; direct always runs)")
+    parser.add_argument("--repeats", type=int, help="runs of each runner in (b) and (c) (default 2; quick 1)")
     parser.add_argument("--out", default="bench", help="name of the JSON/PNG files under bench/out/")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,9 @@ BARE_FUSED = "bare+fused"
 BARE_WORK = "bare+fused+work"
 """`BARE_FUSED` whose turns do the rollout's work as the direct loop does (BareInput.model_url):
 Temporal with gymflow's fused plan and the same work, nothing else."""
+BARE_WORK_RUNNER = "bare+fused+work+runner"
+"""`BARE_WORK` in gymflow's workflow runner (workers.sandbox_runner) instead of the SDK's stock
+sandbox runner: what gymflow's orchestration costs once the runner's own gain is given to bare too."""
 LOCAL = "gymflow-local"
 """The gymflow worker, rollouts asking for model turns as local activities."""
 CLASSIC = "classic"
@@ -61,14 +64,16 @@ def ceiling(plan: str) -> str:
 
 def add_same_plan_ratio(rows: dict[str, dict[str, Any]], runners: Sequence[Runner], key: str) -> None:
     """Set each row's ``vs_bare_same_plan``: its `key` over that of the bare runner with the same plan;
-    and a gymflow fused row's ``vs_bare_same_work``: over `BARE_WORK`'s (when it ran)."""
+    and a gymflow fused row's ``vs_bare_same_work``: over `BARE_WORK`'s, and
+    ``vs_bare_same_work_same_runner``: over `BARE_WORK_RUNNER`'s (each when it ran)."""
     for runner in runners:
         same = rows.get(ceiling(runner.plan), {}).get(key)
         row = rows[runner.label]
         row["vs_bare_same_plan"] = round(row[key] / same, 3) if same else None
-        work = rows.get(BARE_WORK, {}).get(key)
         if runner.kind not in (DIRECT, BARE) and runner.plan == FUSED:
-            row["vs_bare_same_work"] = round(row[key] / work, 3) if work else None
+            for name, label in (("vs_bare_same_work", BARE_WORK), ("vs_bare_same_work_same_runner", BARE_WORK_RUNNER)):
+                if (work := rows.get(label, {}).get(key)) is not None:
+                    row[name] = round(row[key] / work, 3) if work else None
 
 
 def activities(tool_turns: int) -> int:
@@ -290,7 +295,11 @@ async def saturation(
     rows = {}
     for label, records in raw.items():
         rates = [steps / r["batch_wall_s"] for r in records]
-        rows[label] = {"steps_per_s": round(max(rates), 1), "steps_per_s_all": [round(x, 1) for x in rates]}
+        rows[label] = {
+            "steps_per_s": round(max(rates), 1),
+            "steps_per_s_median": round(statistics.median(rates), 1),
+            "steps_per_s_all": [round(x, 1) for x in rates],
+        }
     bare = rows.get(BARE, {}).get("steps_per_s")
     for row in rows.values():
         row["vs_bare"] = round(row["steps_per_s"] / bare, 3) if bare else None
