@@ -9,9 +9,10 @@ from bench.scenarios import BARE, BARE_FUSED, BARE_LOCAL, DIRECT, FUSED
 
 TARGETS = {
     "a": "<= 2 ms p50 added per activity over bare Temporal with the same plan doing the same work "
-    "(bench.bare, model_url; without that runner: over bare's time plus the direct loop's)",
+    "(bench.bare, model_url; the stricter of the SDK's and gymflow's workflow runner; without those "
+    "runners: over bare's time plus the direct loop's)",
     "b": ">= 0.9x bare Temporal with the same plan (activity-steps/s), doing the same work (bench.bare, "
-    "model_url; bare doing none reported beside)",
+    "model_url; the stricter of the SDK's and gymflow's workflow runner; bare doing none reported beside)",
     "c": "<= 1.5x direct wall time and <= 1.10x bare Temporal with the same plan",
     "d": ">= 200 isolated servers held at once; warm-pool init p50 <= 50 ms",
 }
@@ -37,19 +38,25 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     if "a" in scenarios and label:
         row = scenarios["a"]["runners"][label]
         added, work = row["added_vs_bare_same_plan_ms"], row.get("added_vs_bare_same_work_ms")
-        # The ceiling that does the same work when it ran: it pays what the work costs inside a
-        # worker sharing the box with the server, which the direct loop, run alone, does not.
-        verdict = work if work is not None else added
+        runner = row.get("added_vs_bare_same_work_same_runner_ms")
+        # The ceilings that do the same work when they ran (the stricter of the two: in the SDK's
+        # runner and in gymflow's): they pay what the work costs inside a worker sharing the box
+        # with the server, which the direct loop, run alone, does not.
+        same_work = [x for x in (work, runner) if x is not None]
+        verdict = max(same_work) if same_work else added
         reached = (f"{work} ms over bare doing the same work; " if work is not None else "") + (
             f"{added} ms over bare's time plus the direct loop's"
         )
+        if runner is not None:
+            reached += f"; {runner} ms over bare doing the same work in gymflow's workflow runner"
         out["a"] = {"target": TARGETS["a"], "reached": reached, "met": verdict is not None and verdict <= 2}
     if "b" in scenarios and label:
         row = scenarios["b"]["runners"][label]
         ratio, work = row["vs_bare_same_plan"], row.get("vs_bare_same_work")
-        # The ceiling that does the same work when it ran (bare alone does no model call, tool
-        # call or reward: its figure is reported beside it).
-        verdict = work if work is not None else ratio
+        # The ceilings that do the same work when they ran, the stricter of the two (bare alone does
+        # no model call, tool call or reward: its figure is reported beside it).
+        same_work = [x for x in (work, row.get("vs_bare_same_work_same_runner")) if x is not None]
+        verdict = min(same_work) if same_work else ratio
         reached = (f"{work}x bare doing the same work; " if work is not None else "") + f"{ratio}x bare doing none"
         if (runner := row.get("vs_bare_same_work_same_runner")) is not None:
             reached += f"; {runner}x bare doing the same work in gymflow's workflow runner"

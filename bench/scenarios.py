@@ -212,11 +212,13 @@ async def light(bench: Bench, runners: Sequence[Runner], *, tool_turns: int, rol
         if gap is not None and (runner.kind != BARE or runner.work):
             gap -= direct_p50 * 1000
         row["added_vs_bare_same_plan_ms"] = round(gap / per, 2) if gap is not None else None
-        work = rows.get(BARE_WORK)
-        if work is not None and runner.kind != BARE and runner.plan == FUSED:  # the work done by both
-            row["added_vs_bare_same_work_ms"] = round(
-                ((row["rollout_p50_ms"] or 0) - (work["rollout_p50_ms"] or 0)) / per, 2
-            )
+        for name, label in (
+            ("added_vs_bare_same_work_ms", BARE_WORK),
+            ("added_vs_bare_same_work_same_runner_ms", BARE_WORK_RUNNER),
+        ):
+            work = rows.get(label)
+            if work is not None and runner.kind != BARE and runner.plan == FUSED:  # the work done by both
+                row[name] = round(((row["rollout_p50_ms"] or 0) - (work["rollout_p50_ms"] or 0)) / per, 2)
     return {
         "tool_turns": tool_turns,
         "activities_per_rollout": n,
