@@ -23,7 +23,8 @@ Fused turns (activities.turn; the default of stateless envs that set `BaseEnv.fu
 tool calls, and for a final answer the reward and the release — so a rollout of n tool turns is
 n + 2 activities instead of 2n + 3. A retry re-runs the whole turn, hence stateless envs only.
 A fused turn sends its node only the messages the node does not hold yet, and after the first turn
-neither the model settings, the tools nor the task (activities.context_cache).
+neither the model settings, the tools nor the task (activities.context_cache); a node that refuses
+such a turn as invalid input (a worker older than this code) gets the rollout's turns whole.
 Starters (the SDK, parent workflows) set the initial search attributes and memo, so the workflow
 upserts only what is missing. All three sit behind the `ROLLOUT_PLAN_2` patch: histories written
 before it replay on the old plan.
@@ -89,6 +90,8 @@ class RolloutWorkflow:
         """The reward a fused final turn computed (the rollout's state is then freed)."""
         self._node_context: tuple[str, CachedContext] | None = None
         """(state key, what of the conversation its node holds): fused turns send only the rest."""
+        self._whole_turns = False
+        """A node refused a turn sent as a delta (a worker older than this code): send turns whole."""
 
     @workflow.query
     def progress(self) -> dict[str, int]:
@@ -269,7 +272,7 @@ class RolloutWorkflow:
         room = None if self._budget.limit is None else self._budget.limit - self._budget.used
         calls_left = max(0, min(limits.max_tool_calls - env.tool_calls, MAX_TIMED_CALLS))
         held = self._node_context
-        cached = held[1] if held is not None and held[0] == handle.state_key else None
+        cached = held[1] if held is not None and held[0] == handle.state_key and not self._whole_turns else None
         try:
             result = await execute(
                 TurnActivities.play_turn,
@@ -309,6 +312,11 @@ class RolloutWorkflow:
                 raise  # on_node re-initialises the rollout and plays the turn again
             if cached is not None and error_type(exc) == errors.CONTEXT_MISSING:
                 self._node_context = None  # the node lost what it held: send the turn whole
+                return await self._fused_turn(handle)
+            if cached is not None and error_type(exc) == errors.INVALID_INPUT:
+                # A node worker older than this workflow code (a fleet mid-upgrade) does not read
+                # turn deltas: this rollout's turns go whole from now on, as every version reads them.
+                self._whole_turns = True
                 return await self._fused_turn(handle)
             if error_type(exc) == errors.CONTEXT_LENGTH:
                 raise _Stop(TerminationReason.CONTEXT_BUDGET) from exc

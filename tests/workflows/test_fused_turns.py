@@ -11,13 +11,18 @@ from typing import Any
 import pytest
 import yaml
 from mcp_support import activity_types
+from pydantic import ValidationError
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 
 from activities import errors
 from activities.env import state_key
+from activities.model import GenerateInput
+from activities.turn import PlayTurnInput, TurnActivities
 from envs.contract import BaseEnv, Message, Reward, Task, ToolResult, ToolSpec
 from envs.mcp.envfile import EnvFileError, env_class_from_file
 from support import ScriptedPolicy, call, play
+from workers.client import describe_validation_error
 from workers.worker import RunningWorker
 from workflows.schema import RolloutLimits
 
@@ -150,6 +155,47 @@ async def test_a_fused_turn_sends_only_what_its_node_does_not_hold(client: Clien
         assert later["reward_task"] is None
     # ... and the final turn was scored there, against the task the node held.
     assert "compute_reward" not in await activity_types(client, result.rollout_id)
+
+
+class _PreDeltaTurnInput(PlayTurnInput):
+    """`PlayTurnInput` as node workers older than turn deltas read it: the model input always whole."""
+
+    generate: GenerateInput  # type: ignore[assignment]
+
+
+async def test_a_node_worker_older_than_turn_deltas_gets_the_rollouts_turns_whole(
+    client: Client, monkeypatch: pytest.MonkeyPatch, worker: RunningWorker
+) -> None:
+    # A fleet mid-upgrade: the node refuses a delta turn as its data converter would (invalid input).
+    refused: list[int] = []
+    real_whole = TurnActivities._whole
+
+    def old_node(self: TurnActivities, input: PlayTurnInput) -> Any:
+        try:
+            _PreDeltaTurnInput.model_validate_json(input.model_dump_json())
+        except ValidationError as exc:
+            refused.append(input.generate.turn)
+            message = describe_validation_error(exc)
+            raise ApplicationError(message, type=errors.INVALID_INPUT, non_retryable=True) from None
+        return real_whole(self, input)
+
+    monkeypatch.setattr(TurnActivities, "_whole", old_node)
+    policy = RecordingPolicy(adding_turns())
+    task = Task(id="sum-old-node", prompt="add", ground_truth="6")
+    result = await play(client, worker, policy, env="math", task=task)
+    assert refused == [1]  # the first delta; every later turn went whole
+    assert result.reward is not None and result.reward.total == 1.0 and result.tool_calls == 3
+    assert_the_model_saw_every_turn_whole(policy, result.messages)
+    inputs = await play_turn_inputs(client, result.rollout_id)
+    assert [i["cached"] is not None for i in inputs] == [False, True, False, False, False]
+    assert all(i["generate"]["model"]["base_url"] for i in inputs[2:])
+    history = await client.get_workflow_handle(result.rollout_id).fetch_history()
+    failures = [
+        e.activity_task_failed_event_attributes.failure.application_failure_info.type
+        for e in history.events
+        if e.HasField("activity_task_failed_event_attributes")
+    ]
+    assert failures == [errors.INVALID_INPUT]
 
 
 async def test_a_turn_whose_start_the_node_lost_is_sent_again_whole(
