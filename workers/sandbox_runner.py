@@ -13,10 +13,10 @@ workflow code's, and a rollout paid them for every payload (README, Benchmarks):
 * Every entry into the sandbox (activations, the lookups above when they still go through it)
   compiled its source string anew; the compiled code is now kept (one per distinct string).
 
-Both rely on the SDK runner's internals (`_Instance`: its `globals_and_locals` and the in-sandbox
-object it creates). If an SDK release changes them, the runner falls back to the SDK's own path for
-that call and logs once, and tests/workers/test_sandbox_runner.py fails, so a silent slowdown
-cannot ship.
+Both rely on the SDK runner's internals (`_Instance`: its `globals_and_locals`, the in-sandbox
+object it creates, its `_run_code`). If an SDK release moves the in-sandbox object, the runner falls
+back to the SDK's own lookup and logs once; tests/workers/test_sandbox_runner.py fails on that and
+on any change to the SDK's `_run_code`, so neither a silent slowdown nor a silently stale copy ships.
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ from temporalio.worker.workflow_sandbox import _runner as sdk_runner
 
 log = logging.getLogger(__name__)
 
+SDK_RUN_CODE_SHA256 = "1211e88d1ee123b6"
+"""The first 16 hex digits of the SHA-256 of the SDK's `_Instance._run_code` source (dedented) that
+`_Instance._run_code` here repeats with compiled code: a test fails when an SDK release changes it."""
 IN_SANDBOX = "__temporal_in_sandbox"
 """The name under which the SDK's runner keeps the in-sandbox object of a run."""
 

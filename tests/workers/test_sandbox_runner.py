@@ -9,7 +9,10 @@ slower), and that workflow code is still sandboxed: a workflow reading the wall 
 from __future__ import annotations
 
 import datetime
+import hashlib
+import inspect
 import re
+import textwrap
 import uuid
 from pathlib import Path
 from typing import Any
@@ -103,3 +106,10 @@ async def test_workflow_code_is_still_sandboxed(client: Client) -> None:
                 execution_timeout=datetime.timedelta(seconds=30),
             )
     assert "Cannot access datetime.datetime.now" in str(failed.value.cause)
+
+
+def test_the_sdk_method_the_runner_repeats_is_the_one_it_was_written_against() -> None:
+    source = textwrap.dedent(inspect.getsource(sdk_runner._Instance._run_code))
+    assert hashlib.sha256(source.encode()).hexdigest()[:16] == sandbox_runner.SDK_RUN_CODE_SHA256, (
+        "temporalio changed _Instance._run_code: bring workers/sandbox_runner.py's copy in line, then the hash"
+    )
