@@ -50,6 +50,23 @@ def load() -> dict[str, float]:
     return {"load1": round(one, 2), "load5": round(five, 2), "load15": round(fifteen, 2), "cpus": os.cpu_count() or 0}
 
 
+CALIBRATION_LOOPS = 1_000_000
+
+
+def calibration_ms() -> float:
+    """Milliseconds this process takes for a fixed pure-Python loop, now: the box's speed at the time
+    of a run (best of three, so a single preemption does not count). Runs of the same work whose CPU
+    seconds differ while this does too were measured on a faster or slower machine, not a costlier run."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        total = 0
+        for i in range(CALIBRATION_LOOPS):
+            total += i & 7
+        best = min(best, time.perf_counter() - started)
+    return round(best * 1000, 1)
+
+
 @dataclass
 class Procs:
     """The running processes by role; `cpu()` snapshots their CPU seconds."""
@@ -187,7 +204,7 @@ async def start_bare_and_gymflow(procs: Procs, work: Path) -> tuple[str, Client]
 @contextlib.contextmanager
 def measured(procs: Procs) -> Iterator[dict[str, object]]:
     """Wall time, CPU seconds per process and the load of the block, filled in on exit."""
-    record: dict[str, object] = {"load_before": load()}
+    record: dict[str, object] = {"load_before": load(), "calibration_ms_before": calibration_ms()}
     cpu_before = procs.cpu()
     started = time.perf_counter()
     yield record

@@ -301,6 +301,7 @@ async def saturation(
             "steps_per_s": round(max(rates), 1),
             "steps_per_s_median": round(statistics.median(rates), 1),
             "steps_per_s_all": [round(x, 1) for x in rates],
+            "calibration_ms_all": [r.get("calibration_ms_before") for r in records],
         }
     bare = rows.get(BARE, {}).get("steps_per_s")
     for row in rows.values():
