@@ -122,6 +122,16 @@ async def play_turn_inputs(client: Client, workflow_id: str) -> list[dict[str, A
     ]
 
 
+async def activity_failure_types(client: Client, workflow_id: str) -> list[str]:
+    """The error type of each failed activity attempt of the workflow, in order."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return [
+        e.activity_task_failed_event_attributes.failure.application_failure_info.type
+        for e in history.events
+        if e.HasField("activity_task_failed_event_attributes")
+    ]
+
+
 def assert_the_model_saw_every_turn_whole(policy: RecordingPolicy, messages: list[Message]) -> None:
     """Each request carried the conversation up to its turn, as the trajectory has it, and the tools."""
     assistant_at = [i for i, m in enumerate(messages) if m.role == "assistant"]
@@ -189,12 +199,7 @@ async def test_a_node_worker_older_than_turn_deltas_gets_the_rollouts_turns_whol
     inputs = await play_turn_inputs(client, result.rollout_id)
     assert [i["cached"] is not None for i in inputs] == [False, True, False, False, False]
     assert all(i["generate"]["model"]["base_url"] for i in inputs[2:])
-    history = await client.get_workflow_handle(result.rollout_id).fetch_history()
-    failures = [
-        e.activity_task_failed_event_attributes.failure.application_failure_info.type
-        for e in history.events
-        if e.HasField("activity_task_failed_event_attributes")
-    ]
+    failures = await activity_failure_types(client, result.rollout_id)
     assert failures == [errors.INVALID_INPUT]
 
 
@@ -222,10 +227,5 @@ async def test_a_turn_whose_start_the_node_lost_is_sent_again_whole(
     assert [i["cached"] is not None for i in inputs] == [False, True, False, True, True]
     assert inputs[2]["generate"]["messages"] == [m.model_dump(mode="json") for m in result.messages[:4]]
     assert inputs[2]["generate"]["model"] and inputs[2]["reward_task"]["id"] == task.id  # whole, settings too
-    history = await client.get_workflow_handle(result.rollout_id).fetch_history()
-    failures = [
-        e.activity_task_failed_event_attributes.failure.application_failure_info.type
-        for e in history.events
-        if e.HasField("activity_task_failed_event_attributes")
-    ]
+    failures = await activity_failure_types(client, result.rollout_id)
     assert failures == [errors.CONTEXT_MISSING]
