@@ -113,3 +113,15 @@ def test_the_sdk_method_the_runner_repeats_is_the_one_it_was_written_against() -
     assert hashlib.sha256(source.encode()).hexdigest()[:16] == sandbox_runner.SDK_RUN_CODE_SHA256, (
         "temporalio changed _Instance._run_code: bring workers/sandbox_runner.py's copy in line, then the hash"
     )
+
+
+async def test_an_sdk_without_the_in_sandbox_object_gets_its_own_lookups_and_one_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(sandbox_runner, "IN_SANDBOX", "__moved_by_a_later_sdk__")
+    monkeypatch.setattr(sandbox_runner, "_warned", set())
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=WORKFLOW_RUNNER)
+    with caplog.at_level("WARNING", logger=sandbox_runner.__name__):
+        await replayer.replay_workflow(_history(next(p for p in HISTORIES if p.stem == "math_fused")))
+    warnings = [r.getMessage() for r in caplog.records if "slower path" in r.getMessage()]
+    assert len(warnings) == 2  # once per lookup kind, not once per payload

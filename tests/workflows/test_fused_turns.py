@@ -203,6 +203,26 @@ async def test_a_node_worker_older_than_turn_deltas_gets_the_rollouts_turns_whol
     assert failures == [errors.INVALID_INPUT]
 
 
+async def test_a_node_that_refuses_a_turn_sent_whole_too_ends_the_rollout_once_and_frees_it(
+    client: Client, monkeypatch: pytest.MonkeyPatch, worker: RunningWorker
+) -> None:
+    # No loop between delta and whole: a node refusing both ends the rollout, typed, and releases it.
+    def refusing_node(self: TurnActivities, input: PlayTurnInput) -> Any:
+        if input.generate.turn >= 1:
+            raise ApplicationError("invalid PlayTurnInput: refused", type=errors.INVALID_INPUT, non_retryable=True)
+        return real_whole(self, input)
+
+    real_whole = TurnActivities._whole
+    monkeypatch.setattr(TurnActivities, "_whole", refusing_node)
+    task = Task(id="sum-refused", prompt="add", ground_truth="6")
+    result = await play(client, worker, RecordingPolicy(adding_turns()), env="math", task=task)
+    assert result.termination.value == "model_error" and result.infra_failed and result.reward is None
+    assert "refused" in (result.error or "")
+    assert [m.role for m in result.messages] == ["system", "user", "assistant", "tool"]  # turn 0 kept
+    assert await activity_failure_types(client, result.rollout_id) == [errors.INVALID_INPUT] * 2
+    assert not worker.env.held() and state_key(result.rollout_id, 0) not in worker.env.contexts
+
+
 async def test_a_turn_whose_start_the_node_lost_is_sent_again_whole(
     client: Client, worker: RunningWorker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
