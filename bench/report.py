@@ -53,12 +53,13 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     if "b" in scenarios and label:
         row = scenarios["b"]["runners"][label]
         ratio, work = row["vs_bare_same_plan"], row.get("vs_bare_same_work")
+        runner = row.get("vs_bare_same_work_same_runner")
         # The ceilings that do the same work when they ran, the stricter of the two (bare alone does
         # no model call, tool call or reward: its figure is reported beside it).
-        same_work = [x for x in (work, row.get("vs_bare_same_work_same_runner")) if x is not None]
+        same_work = [x for x in (work, runner) if x is not None]
         verdict = min(same_work) if same_work else ratio
         reached = (f"{work}x bare doing the same work; " if work is not None else "") + f"{ratio}x bare doing none"
-        if (runner := row.get("vs_bare_same_work_same_runner")) is not None:
+        if runner is not None:
             reached += f"; {runner}x bare doing the same work in gymflow's workflow runner"
         out["b"] = {"target": TARGETS["b"], "reached": reached, "met": verdict is not None and verdict >= 0.9}
     if "c" in scenarios and label:

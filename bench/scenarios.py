@@ -47,6 +47,8 @@ Temporal with gymflow's fused plan and the same work, nothing else."""
 BARE_WORK_RUNNER = "bare+fused+work+runner"
 """`BARE_WORK` in gymflow's workflow runner (workers.sandbox_runner) instead of the SDK's stock
 sandbox runner: what gymflow's orchestration costs once the runner's own gain is given to bare too."""
+SAME_WORK = ((BARE_WORK, ""), (BARE_WORK_RUNNER, "_same_runner"))
+"""The ceilings doing gymflow's work, and the suffix of the row fields compared with each."""
 LOCAL = "gymflow-local"
 """The gymflow worker, rollouts asking for model turns as local activities."""
 CLASSIC = "classic"
@@ -71,9 +73,9 @@ def add_same_plan_ratio(rows: dict[str, dict[str, Any]], runners: Sequence[Runne
         row = rows[runner.label]
         row["vs_bare_same_plan"] = round(row[key] / same, 3) if same else None
         if runner.kind not in (DIRECT, BARE) and runner.plan == FUSED:
-            for name, label in (("vs_bare_same_work", BARE_WORK), ("vs_bare_same_work_same_runner", BARE_WORK_RUNNER)):
+            for label, suffix in SAME_WORK:
                 if (work := rows.get(label, {}).get(key)) is not None:
-                    row[name] = round(row[key] / work, 3) if work else None
+                    row[f"vs_bare_same_work{suffix}"] = round(row[key] / work, 3) if work else None
 
 
 def activities(tool_turns: int) -> int:
@@ -212,13 +214,11 @@ async def light(bench: Bench, runners: Sequence[Runner], *, tool_turns: int, rol
         if gap is not None and (runner.kind != BARE or runner.work):
             gap -= direct_p50 * 1000
         row["added_vs_bare_same_plan_ms"] = round(gap / per, 2) if gap is not None else None
-        for name, label in (
-            ("added_vs_bare_same_work_ms", BARE_WORK),
-            ("added_vs_bare_same_work_same_runner_ms", BARE_WORK_RUNNER),
-        ):
+        for label, suffix in SAME_WORK:
             work = rows.get(label)
             if work is not None and runner.kind != BARE and runner.plan == FUSED:  # the work done by both
-                row[name] = round(((row["rollout_p50_ms"] or 0) - (work["rollout_p50_ms"] or 0)) / per, 2)
+                gap_ms = (row["rollout_p50_ms"] or 0) - (work["rollout_p50_ms"] or 0)
+                row[f"added_vs_bare_same_work{suffix}_ms"] = round(gap_ms / per, 2)
     return {
         "tool_turns": tool_turns,
         "activities_per_rollout": n,

@@ -78,7 +78,7 @@ async def history_bytes(client: Client, workflow_id: str) -> int:
 async def measure(
     bench: Bench, label: str, one: Callable[[], Awaitable[str]], *, rollouts: int, concurrency: int
 ) -> dict[str, Any]:
-    workflow_type = ROLLOUT_WORKFLOW if label == "gymflow" else BARE_WORKFLOW
+    workflow_type = ROLLOUT_WORKFLOW if worker_role(label) == "gymflow" else BARE_WORKFLOW
     semaphore = asyncio.Semaphore(concurrency)
     ids: list[str] = []
 
