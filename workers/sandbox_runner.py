@@ -1,8 +1,8 @@
 """The workflow sandbox, without the per-payload price the SDK's runner charges for it.
 
 Workflow code runs in temporalio's sandbox as the SDK runs it: the workflow's module re-imported per
-run, restricted modules and builtins, determinism checks. Two costs of the SDK's runner are not the
-workflow code's, and a rollout paid them for every payload (README, Benchmarks):
+run, restricted modules and builtins, determinism checks. Three costs of the SDK's runner are not the
+workflow code's, and a rollout paid them for every payload or run (README, Benchmarks):
 
 * To encode or decode a payload, the SDK asks the workflow instance which serialization context the
   payload's command has (the activity, the child workflow), three passes each way. The sandboxed
@@ -12,6 +12,11 @@ workflow code's, and a rollout paid them for every payload (README, Benchmarks):
   nothing, reads no clock and runs no workflow code; `FastContextRunner` reads it directly.
 * Every entry into the sandbox (activations, the lookups above when they still go through it)
   compiled its source string anew; the compiled code is now kept (one per distinct string).
+* Every run re-imports its workflow's module in the sandbox, and where no bytecode cache is written
+  (`PYTHONDONTWRITEBYTECODE`, set by many container images and on the benchmark machine) that
+  compiled the module from source each time: 1.4 ms per rollout for workflows/rollout.py. The
+  module is still executed afresh per run (its state is the run's own); only its code object, which
+  is immutable, is kept in memory (`ModuleCodeCache`, keyed by path, mtime and size as a .pyc is).
 
 Both rely on the SDK runner's internals (`_Instance`: its `globals_and_locals`, the in-sandbox
 object it creates, its `_run_code`). If an SDK release moves the in-sandbox object, the runner falls
@@ -21,8 +26,12 @@ on any change to the SDK's `_run_code`, so neither a silent slowdown nor a silen
 
 from __future__ import annotations
 
+import importlib.machinery
 import logging
+import os
+import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any
@@ -55,6 +64,53 @@ def _code(source: str) -> CodeType:
         with _compiled_lock:
             _compiled[source] = code
     return code
+
+
+class _CachedSourceLoader(importlib.machinery.SourceFileLoader):
+    """A source loader whose compiled code is kept in memory between imports of the same file."""
+
+    def get_code(self, fullname: str) -> CodeType:
+        stat = os.stat(self.path)
+        key = (self.path, stat.st_mtime_ns, stat.st_size)
+        code = ModuleCodeCache.codes.get(key)
+        if code is None:
+            code = super().get_code(fullname)
+            assert code is not None  # a source file always has code
+            with _compiled_lock:
+                ModuleCodeCache.codes[key] = code
+        else:
+            ModuleCodeCache.hits += 1
+        return code
+
+
+class ModuleCodeCache:
+    """A meta path finder for the workflow modules the sandbox re-imports per run: their specs come
+    from the normal path finder, with a loader that keeps the compiled code (one per file version)."""
+
+    modules: set[str] = set()
+    codes: dict[tuple[str, int, int], CodeType] = {}
+    hits = 0
+    """Imports served from memory, over every run (tests read it)."""
+
+    @classmethod
+    def cover(cls, module: str) -> None:
+        """Serve `module`'s code from memory from now on (installs the finder once)."""
+        with _compiled_lock:
+            cls.modules.add(module)
+            if cls not in sys.meta_path:
+                sys.meta_path.insert(0, cls)  # a class-level finder
+
+    @classmethod
+    def find_spec(
+        cls, fullname: str, path: Sequence[str] | None = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in cls.modules:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or type(spec.loader) is not importlib.machinery.SourceFileLoader or not spec.origin:
+            return spec
+        spec.loader = _CachedSourceLoader(fullname, spec.origin)
+        return spec
 
 
 def _fell_back(what: str) -> None:
@@ -112,7 +168,10 @@ class _Instance(sdk_runner._Instance):
 
 @dataclass(frozen=True)
 class FastContextRunner(SandboxedWorkflowRunner):
-    """`SandboxedWorkflowRunner` with the two costs of the module docstring removed."""
+    """`SandboxedWorkflowRunner` with the three costs of the module docstring removed."""
 
     def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        module = det.defn.cls.__module__
+        if module not in ModuleCodeCache.modules and module != "__main__":
+            ModuleCodeCache.cover(module)
         return _Instance(det, self.runner_class, self.restrictions)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import importlib
 import inspect
 import re
+import sys
 import textwrap
 import uuid
 from pathlib import Path
@@ -125,3 +127,46 @@ async def test_an_sdk_without_the_in_sandbox_object_gets_its_own_lookups_and_one
         await replayer.replay_workflow(_history(next(p for p in HISTORIES if p.stem == "math_fused")))
     warnings = [r.getMessage() for r in caplog.records if "slower path" in r.getMessage()]
     assert len(warnings) == 2  # once per lookup kind, not once per payload
+
+
+_RUNS_OF_THIS_MODULE: list[int] = []
+"""Module state: a run that sees another run's appends would show the module was not run afresh."""
+
+
+@workflow.defn(name="CountsItsModuleRuns")
+class _CountsItsModuleRuns:
+    @workflow.run
+    async def run(self) -> int:
+        _RUNS_OF_THIS_MODULE.append(1)
+        return len(_RUNS_OF_THIS_MODULE)
+
+
+async def test_workflow_modules_compile_once_and_still_run_afresh_per_run(client: Client) -> None:
+    queue = f"sandbox-{uuid.uuid4().hex[:8]}"
+    hits = sandbox_runner.ModuleCodeCache.hits
+    async with Worker(client, task_queue=queue, workflows=[_CountsItsModuleRuns], workflow_runner=WORKFLOW_RUNNER):
+        counts = [
+            await client.execute_workflow("CountsItsModuleRuns", id=f"sandbox-{uuid.uuid4().hex}", task_queue=queue)
+            for _ in range(3)
+        ]
+    assert counts == [1, 1, 1]  # each run executed the module anew: its state is the run's own
+    assert sandbox_runner.ModuleCodeCache.hits - hits >= 3  # ... from code compiled once
+    assert __name__ in sandbox_runner.ModuleCodeCache.modules
+
+
+def test_a_changed_module_file_is_compiled_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tmp_path / "gymflow_cache_probe.py"
+    source.write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sandbox_runner.ModuleCodeCache.cover("gymflow_cache_probe")
+
+    def fresh_import() -> Any:
+        monkeypatch.delitem(sys.modules, "gymflow_cache_probe", raising=False)
+        return importlib.import_module("gymflow_cache_probe")
+
+    hits = sandbox_runner.ModuleCodeCache.hits
+    assert fresh_import().VALUE == 1
+    assert fresh_import().VALUE == 1
+    assert sandbox_runner.ModuleCodeCache.hits - hits == 1
+    source.write_text("VALUE = 22\n")  # another size: a new version even within the mtime's resolution
+    assert fresh_import().VALUE == 22
