@@ -51,6 +51,7 @@ from workflows.schema import (
     RolloutOptions,
     RolloutResult,
     initial_search_attributes,
+    rollout_memo,
 )
 
 
@@ -174,7 +175,7 @@ async def start_rollout(
         id=workflow_id or rollout_id_for(input.task.id),
         task_queue=task_queue,
         search_attributes=TypedSearchAttributes(initial_search_attributes(input)),
-        memo={"task_id": input.task.id},
+        memo=rollout_memo(input),
         static_summary=f"{input.env} rollout of task {input.task.id}",
     )
 

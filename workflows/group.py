@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         batch_search_attributes,
         group_search_attributes,
         initial_search_attributes,
+        rollout_memo,
     )
 
 
@@ -94,7 +95,7 @@ async def run_child(rollout: RolloutInput, child_id: str) -> Trajectory:
             id=child_id,
             retry_policy=CHILD_RETRY,
             search_attributes=TypedSearchAttributes(initial_search_attributes(rollout)),
-            memo={"task_id": rollout.task.id},
+            memo=rollout_memo(rollout),
             parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
             cancellation_type=ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
             static_summary=f"{rollout.env} rollout of task {rollout.task.id}",

@@ -36,6 +36,11 @@ SA_TASK = SearchAttributeKey.for_keyword("GymflowTask")
 SA_RUN = SearchAttributeKey.for_keyword("GymflowRun")
 """The training run (or dataset generation run) a workflow belongs to."""
 
+MEMO_PLAN = "plan"
+"""Memo key: the RolloutWorkflow plan its starter expects (`workflows.schema.ROLLOUT_PLAN`). A rollout
+whose starter declares it runs that plan without a patch marker (and the TemporalChangeVersion
+upsert that comes with one); without it, the workflow asks `workflow.patched` as it always did."""
+
 SEARCH_ATTRIBUTES = (SA_ENV, SA_STATUS, SA_REWARD, SA_BATCH, SA_MODEL, SA_TASK, SA_RUN)
 """Every search attribute gymflow sets; `gymflow server` registers them."""
 

@@ -27,7 +27,8 @@ neither the model settings, the tools nor the task (activities.context_cache); a
 such a turn as invalid input (a worker older than this code) gets the rollout's turns whole.
 Starters (the SDK, parent workflows) set the initial search attributes and memo, so the workflow
 upserts only what is missing. All three sit behind the `ROLLOUT_PLAN_2` patch: histories written
-before it replay on the old plan.
+before it replay on the old plan. Starters that declare the plan in the memo (`names.MEMO_PLAN`) need
+no patch marker.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.judging import JudgeConfig
     from workflows.rollout_env import ADMISSION_WAIT, ENV_HEARTBEAT, NODE_ERRORS, RolloutEnv
     from workflows.rollout_env import Stop as _Stop
-    from workflows.schema import RolloutInput, RolloutResult, initial_search_attributes
+    from workflows.schema import ROLLOUT_PLAN, RolloutInput, RolloutResult, initial_search_attributes
 
 
 ROLLOUT_PLAN_2 = "rollout-plan-2"
@@ -107,7 +108,7 @@ class RolloutWorkflow:
     async def run(self, input: RolloutInput) -> RolloutResult:
         self._input = input
         self._rollout_id = input.rollout_id or workflow.info().workflow_id
-        self._plan_2 = workflow.patched(ROLLOUT_PLAN_2)
+        self._plan_2 = self._declared_plan_2() or workflow.patched(ROLLOUT_PLAN_2)
         self._env = env = RolloutEnv(
             env=input.env,
             task=input.task,
@@ -164,6 +165,23 @@ class RolloutWorkflow:
             self._closing.end(exc)
             raise
         return self._finish(stop, reward)
+
+    @staticmethod
+    def _declared_plan_2() -> bool:
+        """Whether the starter declared plan 2 in the memo (schema.rollout_memo: the SDK, parent
+        workflows). Such a rollout runs it without the patch marker and the TemporalChangeVersion
+        upsert that comes with one: one event and one visibility write fewer. The memo is in the start
+        event, so a replay decides alike. Without it (a plain `temporal workflow start`, histories from
+        before) the patch decides, as it always did."""
+        plan = workflow.memo_value(names.MEMO_PLAN, None)  # untyped: a stray memo value must not fail the task
+        if not (isinstance(plan, int) and plan >= ROLLOUT_PLAN):
+            return False
+        if workflow.unsafe.is_replaying():
+            # A worker older than the memo key ignored it and wrote the marker: it must be consumed
+            # again (a marker no `patched` call matches is nondeterminism). Where the first run wrote
+            # none, a replayed `patched` finds none and records nothing.
+            workflow.patched(ROLLOUT_PLAN_2)
+        return True
 
     async def _judged(self, reward: Reward) -> Reward:
         config = self._input.judge or JudgeConfig()

@@ -17,7 +17,7 @@ from temporalio.common import SearchAttributePair
 from activities.dataset_models import DEFAULT_ENV, DatasetSource, GenerationOptions, ScanResult
 from activities.model import ModelConfig
 from envs.contract import Task, Trajectory, Wire
-from workflows import status
+from workflows import names, status
 from workflows.judging import JudgeConfig
 
 MAX_ATTEMPTS = 1000
@@ -91,6 +91,17 @@ class RolloutInput(Wire):
 
 RolloutResult = Trajectory
 """Result of RolloutWorkflow: the full trajectory with reward and termination."""
+
+
+ROLLOUT_PLAN = 2
+"""The RolloutWorkflow plan starters declare in the memo (`names.MEMO_PLAN`): plan 2 is the release
+folded into the reward, start attributes upserted only when missing and opt-in local model turns."""
+
+
+def rollout_memo(input: RolloutInput) -> dict[str, Any]:
+    """The memo a starter sets on a rollout: its task id (listings show it without the input) and the
+    plan it expects, which spares the rollout its patch marker."""
+    return {"task_id": input.task.id, names.MEMO_PLAN: ROLLOUT_PLAN}
 
 
 def initial_search_attributes(input: RolloutInput) -> list[SearchAttributePair[Any]]:

@@ -23,13 +23,14 @@ async def test_counts_of_the_three_plans(client: Client, worker: RunningWorker) 
     assert classic["activities_by_type"] == {"init_rollout": 1, "generate": 5, "call_tool": 4, "compute_reward": 1}
     assert classic["workflow_tasks"] >= 12  # one per activity completion, plus the first
     assert classic["local_activities"] == 0
-    assert classic["markers_by_name"] == {"core_patch": 1}
+    assert classic["markers_by_name"] == {}  # the SDK declares the plan in the memo: no patch marker
+    assert classic["search_attribute_upserts"] == 1  # status and reward at the end; no TemporalChangeVersion
     # start + 11 activity starts + the upserts left to the workflow (status at the end, termination memo is free)
     assert classic["billable"]["activity_starts_and_retries"] == 11
     assert classic["billable_actions"] == 1 + 11 + classic["search_attribute_upserts"]
     assert classic["state_transitions"] > classic["workflow_tasks"]
     assert local["activities_by_type"] == {"init_rollout": 1, "call_tool": 4, "compute_reward": 1}
-    assert local["local_activities"] == 5
+    assert local["local_activities"] == 5 and local["markers"] == 5  # the turns' markers only
     assert local["billable"]["local_activity_workflow_tasks"] == 5  # one model turn per workflow task
     assert local["workflow_tasks"] < classic["workflow_tasks"]
     assert local["history_bytes"] < classic["history_bytes"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 from pathlib import Path
 
@@ -11,6 +13,8 @@ from temporalio.worker import Replayer
 
 from workers.client import DATA_CONVERTER
 from workers.worker import WORKFLOW_RUNNER, WORKFLOWS
+from workflows.names import MEMO_PLAN
+from workflows.schema import ROLLOUT_PLAN
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -27,3 +31,21 @@ async def test_recorded_history_replays(path: Path) -> None:
 
 def test_histories_are_recorded() -> None:
     assert len(HISTORIES) >= 3
+
+
+@pytest.mark.parametrize("name", ["math_fused", "math_solved"])
+async def test_a_declared_plan_replays_the_marker_an_older_worker_wrote(name: str) -> None:
+    """A starter declared plan 2 in the memo, but a worker older than that memo key ran the rollout
+    and wrote the patch marker: today's code must consume the marker again, or replay is
+    nondeterministic. (These recorded histories carry the marker; the memo is added here.)"""
+    recorded = json.loads((Path(__file__).parent / "histories" / f"{name}.json").read_text())
+    assert sum(e["eventType"] == "EVENT_TYPE_MARKER_RECORDED" for e in recorded["events"]) == 1
+    start = recorded["events"][0]["workflowExecutionStartedEventAttributes"]
+    fields = start.setdefault("memo", {"fields": {}})["fields"]
+    fields[MEMO_PLAN] = {"metadata": {"encoding": _b64(b"json/plain")}, "data": _b64(str(ROLLOUT_PLAN).encode())}
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=WORKFLOW_RUNNER)
+    await replayer.replay_workflow(WorkflowHistory.from_json(name, json.dumps(recorded)))
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()

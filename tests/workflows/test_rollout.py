@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 from mcp_support import activity_types
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.exceptions import ApplicationError
+from temporalio.worker import Replayer
 
 from activities.model import ModelConfig
 from envs.contract import Message, TerminationReason
 from envs.math.data import generate_tasks
 from support import ScriptedPolicy, call
-from workers.client import run_rollout, start_rollout
+from workers.client import DATA_CONVERTER, run_rollout, start_rollout
 from workers.policy_server import PolicyServer
-from workers.worker import RunningWorker
+from workers.worker import WORKFLOW_RUNNER, WORKFLOWS, RunningWorker
 from workflows.names import SA_STATUS
 from workflows.schema import RetrySettings, RolloutInput, RolloutLimits
 
@@ -185,3 +187,41 @@ async def test_history_is_json_replayable(client: Client, worker: RunningWorker,
     result = await run_rollout(client, rollout_input(calculator_policy_url, seed=11), task_queue=worker.task_queue)
     history = await client.get_workflow_handle(result.rollout_id).fetch_history()
     assert json.loads(history.to_json())["events"]
+
+
+def _patch_markers_and_change_versions(history: WorkflowHistory) -> tuple[int, int]:
+    markers = sum(
+        1
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+        and e.marker_recorded_event_attributes.marker_name == "core_patch"
+    )
+    versions = sum(
+        1
+        for e in history.events
+        if e.HasField("upsert_workflow_search_attributes_event_attributes")
+        and "TemporalChangeVersion"
+        in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+    )
+    return markers, versions
+
+
+async def test_a_starter_declaring_the_plan_spares_the_patch_marker_and_replays(
+    client: Client, worker: RunningWorker, calculator_policy_url: str
+) -> None:
+    declared = await run_rollout(client, rollout_input(calculator_policy_url, seed=5), task_queue=worker.task_queue)
+    assert declared.reward is not None and declared.reward.total == 1.0
+    history = await client.get_workflow_handle(declared.rollout_id).fetch_history()
+    assert _patch_markers_and_change_versions(history) == (0, 0)
+    # A full replay (what a worker that did not run it does) decides the plan as the first run did.
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=WORKFLOW_RUNNER)
+    await replayer.replay_workflow(history)
+
+    # Started without the memo (a plain `temporal workflow start`): the patch decides, as before.
+    plain_id = f"plain-{uuid.uuid4().hex[:8]}"
+    plain = rollout_input(calculator_policy_url, seed=5)
+    await client.execute_workflow("RolloutWorkflow", plain, id=plain_id, task_queue=worker.task_queue)
+    plain_history = await client.get_workflow_handle(plain_id).fetch_history()
+    markers, versions = _patch_markers_and_change_versions(plain_history)
+    assert markers >= 1 and versions >= 1  # this plan's patch (and GymflowTask's: no attributes were set)
+    await replayer.replay_workflow(plain_history)
