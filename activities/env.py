@@ -29,6 +29,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import errors
 from activities.context_cache import ContextCache
+from activities.heartbeat import heartbeating, third_of_timeout
 from envs.admission import Admission, Step
 from envs.contract import (
     BaseEnv,
@@ -360,18 +361,7 @@ async def _conversations(workflow_ids: list[str]) -> list[list[Message]]:
 async def _with_heartbeat(awaitable: Awaitable[T]) -> T:
     """Await while heartbeating, so a dead worker is noticed within the heartbeat timeout
     while a slow but live tool keeps its activity open."""
-    task: asyncio.Task[T] = asyncio.ensure_future(awaitable)
-    timeout = activity.info().heartbeat_timeout
-    interval = max(timeout.total_seconds() / 3, 0.5) if timeout else 10.0
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=interval)
-            if done:
-                return task.result()
-            activity.heartbeat()
-    finally:
-        if not task.done():
-            task.cancel()
+    return await heartbeating(awaitable, third_of_timeout(0.5, default_s=10.0))
 
 
 def _bounded(result: ToolResult, limit: int) -> ToolResult:

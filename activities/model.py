@@ -21,7 +21,6 @@ error types (`EndpointErrors`).
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import json
 import math
@@ -37,6 +36,7 @@ from pydantic import Field
 from temporalio import activity
 
 from activities.errors import CONTEXT_LENGTH, MODEL_ERROR, MODEL_REJECTED, non_retryable, retryable
+from activities.heartbeat import heartbeating, third_of_timeout
 from envs import chat
 from envs.chat_images import render_messages_with_images
 from envs.contract import Message, ToolSpec, Usage, Wire, json_bytes
@@ -409,18 +409,7 @@ async def _heartbeating(awaitable: Awaitable[_T]) -> _T:
     A long generation then reveals a dead worker within the heartbeat timeout instead of
     start_to_close, and activity cancellation reaches the request.
     """
-    timeout = activity.info().heartbeat_timeout if activity.in_activity() else None
-    if not timeout:
-        return await awaitable
-    task = asyncio.ensure_future(awaitable)
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=max(timeout.total_seconds() / 3, 0.05))
-            if done:
-                return task.result()
-            activity.heartbeat()
-    finally:
-        task.cancel()
+    return await heartbeating(awaitable, third_of_timeout(0.05))
 
 
 @dataclass(frozen=True)
