@@ -54,6 +54,8 @@ T = TypeVar("T")
 
 
 class InitRolloutInput(Wire):
+    compact_json = True
+
     env: str
     rollout_id: str
     incarnation: int = 0
@@ -63,6 +65,8 @@ class InitRolloutInput(Wire):
 
 class RolloutHandle(Wire):
     """Where a rollout lives and what it offers the model."""
+
+    compact_json = True
 
     state_key: str
     node_id: str
@@ -87,6 +91,8 @@ class RolloutHandle(Wire):
 
 
 class CallToolInput(Wire):
+    compact_json = True
+
     env: str
     state_key: str
     call: ToolCall
@@ -95,6 +101,8 @@ class CallToolInput(Wire):
 
 
 class ComputeRewardInput(Wire):
+    compact_json = True
+
     env: str
     state_key: str
     messages: list[Message]
@@ -115,6 +123,8 @@ class GroupRewardInput(Wire):
 
 
 class ReleaseInput(Wire):
+    compact_json = True
+
     env: str
     state_key: str
 

@@ -104,6 +104,8 @@ class ModelConfig(Wire):
 class GenerateInput(Wire):
     """One model turn of a rollout."""
 
+    compact_json = True
+
     model: ModelConfig
     """Endpoint and sampling settings."""
     messages: list[Message]
@@ -121,6 +123,8 @@ class GenerateInput(Wire):
 
 class GenerateResult(Wire):
     """The model's answer for one turn."""
+
+    compact_json = True
 
     message: Message
     """The assistant message. Tool calls are parsed (malformed ones kept with ``parse_error``); in

@@ -83,6 +83,8 @@ class TurnDelta(Wire):
 class PlayTurnInput(Wire):
     """One fused turn of a rollout whose state lives on this node."""
 
+    compact_json = True
+
     generate: GenerateInput | TurnDelta
     """The model turn: whole (conversation so far, tools, model settings), or with `cached` set,
     a `TurnDelta` (or, as turns were sent before deltas, a GenerateInput whose messages are only
@@ -113,6 +115,8 @@ class PlayTurnInput(Wire):
 class PlayTurnResult(Wire):
     """What a turn gave: its tool results and a final answer's reward first, then the model's reply
     (the Web UI shows the head of a payload; the reply names the calls)."""
+
+    compact_json = True
 
     results: list[ToolResult] = Field(default_factory=list)
     """One result per tool call of the reply, in order (refusals included). Shorter than the calls

@@ -40,6 +40,11 @@ class Wire(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    compact_json: ClassVar[bool] = False
+    """Set on the payloads every turn of a rollout carries (activity inputs and results, the rollout's
+    input): the data converter writes them without the fields at their defaults, and decoding fills
+    those in again (workers.client). Results people read as JSON (the trajectory) stay whole."""
+
 
 def json_bytes(value: Any) -> int:
     """The size of `value` as the pydantic data converter writes it (bytes of JSON)."""
@@ -146,6 +151,8 @@ class Task(Wire):
 
 class ToolResult(Wire):
     """What a tool call produced, as the model will see it."""
+
+    compact_json = True
 
     text: str
     """Rendered text content (images and resources are summarised in it)."""

@@ -4,11 +4,13 @@ The data converter is temporalio's pydantic converter with two changes. A payloa
 validation (say, `temporal workflow start --input` JSON with a missing field) raises a
 non-retryable `ApplicationError(type="InvalidInput")` naming the field. Raised while decoding a
 workflow's input, that fails the workflow at once instead of failing its workflow task forever.
-And a model is written without the fields that hold their defaults (`"tool_calls": []`,
-`"is_error": false`, `"reward": null`, ...): decoding fills them in again, so the values are the
-same, and a rollout's history, what the Temporal server stores, indexes and sends for every
-workflow task, is ~30 % smaller (bench.server_cost; README, Benchmarks). The price: a default is a
-wire contract, changed only as a new field would be.
+And the payloads every turn of a rollout carries (`Wire.compact_json`: activity inputs and
+results, the rollout's input) are written without the fields that hold their defaults
+(`"tool_calls": []`, `"is_error": false`, `"token_prefix": null`, ...): decoding fills them in
+again, so the values are the same, and a rollout's history, what the Temporal server stores and
+sends for every workflow task, is a fifth smaller (README, Benchmarks). Results people read as raw
+JSON (the trajectory, a group's result) stay whole. The price: such a default is a wire contract,
+changed only as a new field would be.
 
 `data_converter(settings)` adds what the deployment's configuration asks for, in the order the
 SDK applies them: payload encryption (workers.codec, `GYMFLOW_ENCRYPTION_KEY`), then external
@@ -28,7 +30,7 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import temporalio.api.common.v1
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import TypedSearchAttributes
 from temporalio.contrib.aws.s3driver import S3StorageDriver
@@ -44,7 +46,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.errors import INVALID_INPUT
 from activities.storage import Boto3StorageDriverClient, parse_s3_uri, s3_client
-from envs.contract import Task, Trajectory
+from envs.contract import Task, Trajectory, Wire
 from workers.codec import EncryptionCodec
 from workers.config import Settings
 from workers.logs import core_runtime
@@ -74,7 +76,7 @@ JSON_PLAIN = b"json/plain"
 
 class _ValidatingJSONConverter(PydanticJSONPlainPayloadConverter):
     def to_payload(self, value: Any) -> temporalio.api.common.v1.Payload | None:
-        if isinstance(value, BaseModel):
+        if isinstance(value, Wire) and value.compact_json:
             data = value.__pydantic_serializer__.to_json(value, exclude_defaults=True)
             return temporalio.api.common.v1.Payload(metadata={"encoding": JSON_PLAIN}, data=data)
         return super().to_payload(value)

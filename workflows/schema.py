@@ -71,6 +71,8 @@ class RetrySettings(Wire):
 class RolloutInput(Wire):
     """Input of RolloutWorkflow."""
 
+    compact_json = True
+
     env: str = Field(max_length=MAX_NAME_CHARS)
     """Registered env name or env-file path (see `gymflow envs`); becomes the GymflowEnv search attribute."""
     task: Task
