@@ -3,7 +3,6 @@ only where it is sound; the classic and fused plans give the same trajectory (te
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -113,10 +112,13 @@ def adding_turns() -> list[Message]:
 
 
 async def play_turn_inputs(client: Client, workflow_id: str) -> list[dict[str, Any]]:
-    """The inputs of the workflow's play_turn activities, as recorded (JSON)."""
+    """The inputs of the workflow's play_turn activities, as recorded, as JSON with every field (the
+    converter leaves out fields at their defaults: `Wire.compact_json`)."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     return [
-        json.loads(e.activity_task_scheduled_event_attributes.input.payloads[0].data)
+        PlayTurnInput.model_validate_json(e.activity_task_scheduled_event_attributes.input.payloads[0].data).model_dump(
+            mode="json"
+        )
         for e in history.events
         if e.activity_task_scheduled_event_attributes.activity_type.name == "play_turn"
     ]
