@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.scenarios import BARE, BARE_FUSED, BARE_LOCAL, DIRECT, FUSED
+from bench.scenarios import BARE, BARE_FUSED, BARE_LOCAL, DIRECT, FUSED, SAME_WORK
 
 TARGETS = {
     "a": "<= 2 ms p50 added per activity over bare Temporal with the same plan doing the same work "
     "(bench.bare, model_url; the stricter of the SDK's and gymflow's workflow runner; without those "
     "runners: over bare's time plus the direct loop's)",
     "b": ">= 0.9x bare Temporal with the same plan (activity-steps/s), doing the same work (bench.bare, "
-    "model_url; the stricter of the SDK's and gymflow's workflow runner; bare doing none reported beside)",
+    "model_url; the stricter of the SDK's and gymflow's workflow runner; the median over rounds of each "
+    "round's ratio; the best-round ratio and bare doing none reported beside)",
     "c": "<= 1.5x direct wall time and <= 1.10x bare Temporal with the same plan",
     "d": ">= 200 isolated servers held at once; warm-pool init p50 <= 50 ms",
 }
@@ -56,11 +57,18 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         runner = row.get("vs_bare_same_work_same_runner")
         # The ceilings that do the same work when they ran, the stricter of the two (bare alone does
         # no model call, tool call or reward: its figure is reported beside it).
-        same_work = [x for x in (work, runner) if x is not None]
+        # Each round's ratio, median over rounds (bench.scenarios.add_paired_ratios): the best rounds
+        # are the box's fastest moments, which fell on either runner.
+        paired = [row.get(f"vs_bare_same_work{suffix}_paired") for _, suffix in SAME_WORK]
+        same_work = [x for x in paired if x is not None] or [x for x in (work, runner) if x is not None]
         verdict = min(same_work) if same_work else ratio
-        reached = (f"{work}x bare doing the same work; " if work is not None else "") + f"{ratio}x bare doing none"
-        if runner is not None:
-            reached += f"; {runner}x bare doing the same work in gymflow's workflow runner"
+        reached = ""
+        for (_, suffix), name in zip(SAME_WORK, ("", " in gymflow's workflow runner"), strict=True):
+            if (median := row.get(f"vs_bare_same_work{suffix}_paired")) is not None:
+                rounds = row[f"vs_bare_same_work{suffix}_rounds"]
+                best = row.get(f"vs_bare_same_work{suffix}")
+                reached += f"{median}x bare doing the same work{name} (rounds {rounds}; best rounds {best}x); "
+        reached += f"{ratio}x bare doing none (best rounds)"
         out["b"] = {"target": TARGETS["b"], "reached": reached, "met": verdict is not None and verdict >= 0.9}
     if "c" in scenarios and label:
         row = scenarios["c"]["runners"][label]
