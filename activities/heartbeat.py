@@ -3,8 +3,9 @@ while a slow but live call keeps its activity open (a hung tool told apart from 
 
 The call is awaited in the activity's own task, and a timer on the event loop heartbeats beside it:
 no task per call, no wake-ups of the awaiting task. Each model turn and tool call of a rollout goes
-through here, and the task-and-wait form cost ~50 µs a call (0.5 ms of CPU per 10-turn rollout, more
-than its heartbeats). Cancelling the activity cancels the awaited call with it.
+through here, and the task-and-wait form cost 0.54 ms of CPU per 10-turn rollout (~25 µs a call;
+this form saves 0.35 of it, in-process paired ablation). Cancelling the activity cancels the awaited
+call with it. Outside an activity (an env driven directly) there is nothing to heartbeat.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ async def heartbeating(awaitable: Awaitable[T], interval_s: float | None) -> T:
 
 
 def third_of_timeout(floor_s: float, default_s: float | None = None) -> float | None:
-    """A third of this activity's heartbeat timeout (at least `floor_s`), or `default_s` without one
-    (or outside an activity)."""
-    timeout = activity.info().heartbeat_timeout if activity.in_activity() else None
+    """A third of this activity's heartbeat timeout (at least `floor_s`), `default_s` without one, and
+    None outside an activity."""
+    if not activity.in_activity():
+        return None
+    timeout = activity.info().heartbeat_timeout
     return max(timeout.total_seconds() / 3, floor_s) if timeout else default_s

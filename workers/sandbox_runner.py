@@ -18,7 +18,7 @@ workflow code's, and a rollout paid them for every payload or run (README, Bench
   module is still executed afresh per run (its state is the run's own); only its code object, which
   is immutable, is kept in memory (`ModuleCodeCache`, keyed by path, mtime and size as a .pyc is).
 
-Both rely on the SDK runner's internals (`_Instance`: its `globals_and_locals`, the in-sandbox
+The first two rely on the SDK runner's internals (`_Instance`: its `globals_and_locals`, the in-sandbox
 object it creates, its `_run_code`). If an SDK release moves the in-sandbox object, the runner falls
 back to the SDK's own lookup and logs once; tests/workers/test_sandbox_runner.py fails on that and
 on any change to the SDK's `_run_code`, so neither a silent slowdown nor a silently stale copy ships.

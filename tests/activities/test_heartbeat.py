@@ -85,6 +85,7 @@ async def test_cancelling_the_activity_cancels_the_awaited_call() -> None:
 
 def test_interval_from_the_heartbeat_timeout() -> None:
     assert third_of_timeout(0.05) is None  # outside an activity: no heartbeats
+    assert third_of_timeout(0.5, default_s=10.0) is None
     assert _environment(timedelta(seconds=9)).run(lambda: third_of_timeout(0.5)) == 3.0
     assert _environment(timedelta(seconds=0.3)).run(lambda: third_of_timeout(0.5)) == 0.5
     assert _environment(None).run(lambda: third_of_timeout(0.5, default_s=10.0)) == 10.0
