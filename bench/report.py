@@ -53,14 +53,13 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         out["a"] = {"target": TARGETS["a"], "reached": reached, "met": verdict is not None and verdict <= 2}
     if "b" in scenarios and label:
         row = scenarios["b"]["runners"][label]
-        ratio, work = row["vs_bare_same_plan"], row.get("vs_bare_same_work")
-        runner = row.get("vs_bare_same_work_same_runner")
+        ratio = row["vs_bare_same_plan"]
         # The ceilings that do the same work when they ran, the stricter of the two (bare alone does
-        # no model call, tool call or reward: its figure is reported beside it).
-        # Each round's ratio, median over rounds (bench.scenarios.add_paired_ratios): the best rounds
-        # are the box's fastest moments, which fell on either runner.
+        # no model call, tool call or reward: its figure is reported beside it), by each round's
+        # ratio, median over rounds (bench.scenarios.add_paired_ratios): the best rounds are the
+        # box's fastest moments, which fell on either runner.
         paired = [row.get(f"vs_bare_same_work{suffix}_paired") for _, suffix in SAME_WORK]
-        same_work = [x for x in paired if x is not None] or [x for x in (work, runner) if x is not None]
+        same_work = [x for x in paired if x is not None]
         verdict = min(same_work) if same_work else ratio
         reached = ""
         for (_, suffix), name in zip(SAME_WORK, ("", " in gymflow's workflow runner"), strict=True):

@@ -71,14 +71,11 @@ def describe_validation_error(exc: ValidationError) -> str:
     return f"invalid {exc.title}: " + "; ".join(problems)
 
 
-JSON_PLAIN = b"json/plain"
-
-
 class _ValidatingJSONConverter(PydanticJSONPlainPayloadConverter):
     def to_payload(self, value: Any) -> temporalio.api.common.v1.Payload | None:
         if isinstance(value, Wire) and value.compact_json:
             data = value.__pydantic_serializer__.to_json(value, exclude_defaults=True)
-            return temporalio.api.common.v1.Payload(metadata={"encoding": JSON_PLAIN}, data=data)
+            return temporalio.api.common.v1.Payload(metadata={"encoding": self.encoding.encode()}, data=data)
         return super().to_payload(value)
 
     def from_payload(self, payload: temporalio.api.common.v1.Payload, type_hint: type | None = None) -> Any:

@@ -170,8 +170,11 @@ class _Instance(sdk_runner._Instance):
 class FastContextRunner(SandboxedWorkflowRunner):
     """`SandboxedWorkflowRunner` with the three costs of the module docstring removed."""
 
+    def prepare_workflow(self, defn: temporalio.workflow._Definition) -> None:
+        # Once per workflow type, when a worker (or replayer) is built: its module's code is kept.
+        if defn.cls.__module__ != "__main__":
+            ModuleCodeCache.cover(defn.cls.__module__)
+        super().prepare_workflow(defn)
+
     def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
-        module = det.defn.cls.__module__
-        if module not in ModuleCodeCache.modules and module != "__main__":
-            ModuleCodeCache.cover(module)
         return _Instance(det, self.runner_class, self.restrictions)
