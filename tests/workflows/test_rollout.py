@@ -12,7 +12,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
 from activities.model import ModelConfig
-from envs.contract import Message, TerminationReason
+from envs.contract import Message, TerminationReason, Trajectory
 from envs.math.data import generate_tasks
 from support import ScriptedPolicy, call
 from workers.client import DATA_CONVERTER, run_rollout, start_rollout
@@ -225,3 +225,23 @@ async def test_a_starter_declaring_the_plan_spares_the_patch_marker_and_replays(
     markers, versions = _patch_markers_and_change_versions(plain_history)
     assert markers >= 1 and versions >= 1  # this plan's patch (and GymflowTask's: no attributes were set)
     await replayer.replay_workflow(plain_history)
+
+
+@pytest.mark.parametrize("plan", ["two", 1, None, True])
+async def test_a_stray_plan_memo_leaves_the_plan_to_the_patch(
+    client: Client, worker: RunningWorker, calculator_policy_url: str, plan: object
+) -> None:
+    """A memo `plan` the workflow does not recognise (a typo, an older value, a hand-written start)
+    neither fails the rollout nor skips the patch: the patch decides, as without the memo."""
+    workflow_id = f"stray-plan-{uuid.uuid4().hex[:8]}"
+    result = await client.execute_workflow(
+        "RolloutWorkflow",
+        rollout_input(calculator_policy_url, seed=6),
+        id=workflow_id,
+        task_queue=worker.task_queue,
+        memo={"plan": plan},
+        result_type=Trajectory,
+    )
+    assert result.reward is not None and result.reward.total == 1.0
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    assert _patch_markers_and_change_versions(history)[0] >= 1
