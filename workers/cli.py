@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,13 +12,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from envs.registry import EnvFileError, UnknownEnvError, available, env_class
-from workers import commands, logs
-from workers import server as embedded
+from envs.errors import UserError
+from envs.registry import available
+from workers import commands, exits, logs
 from workers.config import Settings
 
 
-class SettingsError(ValueError):
+class SettingsError(UserError, ValueError):
     """A GYMFLOW_* variable (or option) that is not a valid setting."""
 
 
@@ -248,29 +247,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `gymflow` console script."""
+    """Entry point of the `gymflow` console script (`argv` None); tests pass `argv` and get the code.
+
+    Every command ends through workers.exits: an expected error is one `gymflow:` line and exit 2,
+    and the console script leaves without the interpreter teardown the Temporal SDK can abort in.
+    """
     args = build_parser().parse_args(argv)
     logs.configure(fmt=args.log_format, level=logging.INFO if args.verbose else logging.WARNING)
-    try:
-        code = _dispatch(args)
-        if argv is None and (args.command in {"inspect", "status"} or code):
-            # A short-lived client process, or any command that failed (its in-process worker or
-            # client stopped mid-work), can abort in teardown while the SDK's Rust threads wind down
-            # (temporalio/sdk-python#300, "PyGILState_Release ... finalizing"; CI saw SIGABRT after
-            # `dataset generate` failed on a missing corpus): the output is complete, so the console
-            # script leaves without the teardown.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-        return code
-    except (embedded.ServerError, UnknownEnvError, EnvFileError) as exc:
-        print(f"gymflow: {exc}", file=sys.stderr)
-        return 2
-    except SettingsError as exc:
-        print(f"gymflow: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    code = exits.run(lambda: _dispatch(args))
+    if argv is None:
+        exits.leave(code)
+    return code
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -280,8 +267,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "policy":
         from workers.policy_server import serve_forever
+        from workers.runner import baseline_policy
 
-        policy = env_class(args.env).baseline_policy(args.policy)
+        policy = baseline_policy(args.env, args.policy)
         print(f"serving {args.env}/{policy.name} at http://{args.host}:{args.port}/v1", file=sys.stderr)
         serve_forever(policy, host=args.host, port=args.port)
         return 0
@@ -308,13 +296,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
             command = worker_command(log_format=args.log_format, verbose=args.verbose)
             return asyncio.run(supervise(settings, command=command))
-        from workers.worker import WorkerStartError, run_worker
+        from workers.worker import run_worker
 
-        try:
-            asyncio.run(run_worker(settings))
-        except WorkerStartError as exc:
-            print(f"gymflow worker: {exc}", file=sys.stderr)
-            return 2
+        asyncio.run(run_worker(settings))
         return 0
     return commands.batch(args, settings)
 

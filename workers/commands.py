@@ -85,10 +85,20 @@ def preflight(env: str) -> None:
         print(f"gymflow: {notice}", file=sys.stderr)
 
 
+def check_policies(env: str, *policies: str | None) -> None:
+    """Refuse a mistyped baseline policy name (UnknownPolicyError) before anything starts."""
+    from workers.runner import baseline_policy, is_url
+
+    for policy in policies:
+        if policy and not is_url(policy):
+            baseline_policy(env, policy)
+
+
 def batch(args: argparse.Namespace, settings: Settings) -> int:
     from workers.runner import BatchOptions, format_table, run_batch
 
     preflight(args.env)
+    check_policies(args.env, None if args.model_url else args.policy)
     options = BatchOptions(
         env=args.env,
         n=args.n,
@@ -123,6 +133,7 @@ def evaluate(args: argparse.Namespace, settings: Settings) -> int:
     from workers.evaluate import EvalOptions, format_summary, run_eval
 
     preflight(args.env)
+    check_policies(args.env, args.policy, args.baseline)
     options = EvalOptions(
         env=args.env,
         policy=args.policy,

@@ -28,7 +28,7 @@ from envs.report import BatchRef
 from workers.config import Settings
 from workers.progress import Progress, Reading, follow
 from workers.report import write_report
-from workers.runner import connect_or_start, endpoint
+from workers.runner import connect_or_start, endpoint, is_url
 from workers.worker import running_worker
 from workflows.group import BatchRolloutWorkflow
 from workflows.schema import BatchInput, BatchResult, RolloutLimits, RolloutOptions, batch_search_attributes
@@ -55,11 +55,6 @@ class EvalOptions:
     out: Path | None = None
     local_worker: bool = True
     reps: int = 2000
-
-
-def is_url(policy: str) -> bool:
-    """Whether a --policy / --baseline value is an endpoint rather than a baseline policy's name."""
-    return policy.startswith(("http://", "https://"))
 
 
 async def _start(

@@ -25,6 +25,7 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSe
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 
+from envs.errors import UserError
 from workers.config import SERVER_RECORD
 from workflows.names import SEARCH_ATTRIBUTES
 
@@ -55,7 +56,7 @@ visibility queue cost server CPU under load (bench (c): 27.6 s instead of 25.7 s
 alone. The embedded server's settings only — a production cluster is tuned by its operators."""
 
 
-class ServerError(RuntimeError):
+class ServerError(UserError, RuntimeError):
     """The embedded server could not be found, started or reached."""
 
 

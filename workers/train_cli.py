@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import sys
 import uuid
 from collections.abc import Callable
@@ -26,12 +25,13 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from envs.errors import UserError
 from workers.config import Settings
 from workflows import names, status
 from workflows.training_schema import RunConfig, TrainingRunInput, TrainingRunResult
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """The run config cannot be used; the message names the file and the field."""
 
 
@@ -87,21 +87,9 @@ def add_train_args(sub: Any, common: Callable[[argparse.ArgumentParser], None]) 
 
 
 def run_train(args: argparse.Namespace, settings: Settings) -> int:
-    """Dispatch a `gymflow train ...` command; returns the exit code."""
-    try:
-        if args.train_command == "launch" and args.dryrun:
-            return asyncio.run(_launch(args, settings))
-        command = _launch if args.train_command == "launch" else _inspect
-        code = asyncio.run(command(args, settings))
-    except ConfigError as exc:
-        print(f"gymflow train: {exc}", file=sys.stderr)
-        return 2
-    # A process that used a Temporal client can abort at interpreter exit while the client's native
-    # threads wind down ("PyGILState_Release", temporalio/sdk-python#300), losing what stdout had
-    # buffered (the --json result): its work is done, so flush and skip the teardown.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    """Dispatch a `gymflow train ...` command; returns the exit code (a bad config: ConfigError)."""
+    command = _launch if args.train_command == "launch" else _inspect
+    return asyncio.run(command(args, settings))
 
 
 def _config(args: argparse.Namespace) -> RunConfig:
