@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import sys
 from typing import Any
 
@@ -32,8 +31,8 @@ def json_text(value: Any) -> str:
 
 def server(args: argparse.Namespace, settings: Settings) -> int:
     if args.stop:
-        stopped = embedded.stop_background(data_dir=settings.data_dir)
-        print("server stopped" if stopped else "no background server recorded", file=sys.stderr)
+        stopped = embedded.stop_background(data_dir=settings.data_dir, port=args.port)
+        print("server stopped" if stopped else f"no server runs on data dir {settings.data_dir}", file=sys.stderr)
         return 0
     # The server listens where the workers and clients of this config connect (--address /
     # GYMFLOW_TEMPORAL_ADDRESS) unless --port says otherwise.
@@ -43,11 +42,7 @@ def server(args: argparse.Namespace, settings: Settings) -> int:
         pid = embedded.start_background(data_dir=settings.data_dir, port=port, ui_port=ui_port)
         print(f"Temporal server started (pid {pid}) on :{port}; UI at http://localhost:{ui_port}", file=sys.stderr)
         return 0
-    embedded.record(data_dir=settings.data_dir, port=port, ui_port=ui_port)
-    command = embedded.dev_server_command(data_dir=settings.data_dir, port=port, ui_port=ui_port)
-    print(f"Temporal server on :{port}, UI at http://localhost:{ui_port}", file=sys.stderr)
-    os.execv(command[0], command)
-    return 0  # pragma: no cover - execv does not return
+    embedded.exec_foreground(data_dir=settings.data_dir, port=port, ui_port=ui_port)
 
 
 def codec_server(args: argparse.Namespace, settings: Settings) -> int:
@@ -123,7 +118,7 @@ def batch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "demo":
         if args.stop_server:
             embedded.stop_background(data_dir=settings.data_dir)
-        elif (settings.data_dir / "server.pid").is_file():
+        elif embedded.running(settings.data_dir) is not None:
             note = "The Temporal server keeps running for the UI; stop it with `gymflow server --stop`."
             print(note, file=sys.stderr)
     return 0 if report.summary()["infra_failed"] == 0 else 1

@@ -124,7 +124,7 @@ def baseline_policy(env: str, name: str) -> Policy:
             or none at all (the message says to serve a model instead).
     """
     try:
-        return env_class(env).baseline_policy(name)  # type: ignore[no-any-return]
+        return env_class(env).baseline_policy(name)
     except UserError:
         raise
     except ValueError as exc:  # the built-in envs: "math has no baseline policy 'x'; choose ..."
@@ -162,8 +162,14 @@ async def connect_or_start(settings: Settings, *, start_server: bool, out: TextI
         host, _, port = settings.temporal_address.rpartition(":")
         if host not in {"localhost", "127.0.0.1"}:
             raise
-        pid = embedded.start_background(data_dir=settings.data_dir, port=int(port), ui_port=settings.web_ui_port)
-        print(f"started the embedded Temporal server (pid {pid}, data in {settings.data_dir})", file=out)
+        try:
+            pid = embedded.start_background(data_dir=settings.data_dir, port=int(port), ui_port=settings.web_ui_port)
+            print(f"started the embedded Temporal server (pid {pid}, data in {settings.data_dir})", file=out)
+        except embedded.ServerRunning as exc:
+            # The data dir's server serves another port (say so), or this one and is still starting
+            # (another command started it a moment ago): then wait for it.
+            if exc.running is None or exc.running.port != int(port):
+                raise
         client = await embedded.wait_until_reachable(connect, timeout_s=60.0)
     await embedded.register_search_attributes(client)
     return client
