@@ -78,6 +78,8 @@ async def run_generate(options: GenerateOptions, settings: Settings, *, out: Tex
     """Generate the dataset; returns the workflow's result."""
     input = dataset_input(options)
     client = await connect_or_start(settings, start_server=False, out=out)
+    if options.local_worker:  # its own queue: no other command's workflows, none of its own elsewhere
+        settings = settings.command_queue("dataset")
     async with contextlib.AsyncExitStack() as stack:
         if options.local_worker:
             await stack.enter_async_context(running_worker(client, settings))

@@ -94,6 +94,8 @@ async def _completed(handles: list[WorkflowHandle[Any, BatchResult]]) -> Reading
 async def run_eval(options: EvalOptions, settings: Settings, *, out: TextIO = sys.stderr) -> dict[str, Any]:
     """Run the evaluation; returns the report summary (also written to `options.out`)."""
     client = await connect_or_start(settings, start_server=False, out=out)
+    if options.local_worker:  # its own queue: no other command's workflows, none of its own elsewhere
+        settings = settings.command_queue("eval")
     policies = {"policy": options.policy} | ({"baseline": options.baseline} if options.baseline else {})
     async with contextlib.AsyncExitStack() as stack:
         if options.local_worker:

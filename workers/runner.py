@@ -179,6 +179,8 @@ async def run_batch(options: BatchOptions, settings: Settings, *, out: TextIO = 
     """Run the batch end to end and return its report; progress lines go to `out`."""
     tasks = load_tasks(options)
     client = await connect_or_start(settings, start_server=options.start_server, out=out)
+    if options.local_worker:  # its own queue: no other command's rollouts, none of its own elsewhere
+        settings = settings.command_queue("demo" if options.start_server else "rollout")
     async with contextlib.AsyncExitStack() as stack:
         url = await stack.enter_async_context(endpoint(options.env, options.model_url or options.policy))
         if options.local_worker:

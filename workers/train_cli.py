@@ -146,11 +146,20 @@ async def _launch(args: argparse.Namespace, settings: Settings, *, out: TextIO =
     from workers.worker import running_worker
 
     client = await connect_or_start(settings, start_server=False, out=out)
+    if args.wait:
+        # The in-process worker polls a queue of this run's own, keyed by the run id: launching
+        # the same run with --wait again (after Ctrl-C, a crash) polls that queue again.
+        settings = settings.command_queue("train", config.run_id)
     handle = await start_run(client, config, task_queue=settings.task_queue, out=out)
     if not args.wait:
         print(f"run {handle.id} started; follow it with `gymflow train status {handle.id}`", file=out)
         return 0
-    async with running_worker(client, settings):
+    queue = (await handle.describe()).task_queue
+    async with contextlib.AsyncExitStack() as stack:
+        if queue == settings.task_queue:
+            await stack.enter_async_context(running_worker(client, settings))
+        else:  # a run launched without --wait: the workers of its queue drive it, this only follows
+            print(f"run {handle.id} runs on task queue {queue!r}: following it, its workers drive it", file=out)
         result = await follow(handle, out=out)
     if args.json:
         print(json.dumps(result, indent=2, default=str))
