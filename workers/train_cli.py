@@ -1,7 +1,8 @@
 """`gymflow train launch|list|status|logs|cancel`: training runs from the command line.
 
 `launch` reads a run config (YAML, workflows.training_schema.RunConfig), refuses a bad one before
-anything starts (the same static checks the workflow's validate activity makes), and starts a
+anything starts, naming every field at fault at once (workers.training_config: the config's shape
+and the static checks the workflow's validate activity makes), and starts a
 TrainingRunWorkflow whose id is the run id: launching the same run id again attaches to the
 existing run instead of starting a second one. `--wait` runs an in-process worker and follows the
 run to its end; without it, the run needs running workers (`gymflow worker`).
@@ -20,40 +21,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
-from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from envs.errors import UserError
 from workers.config import Settings
+from workers.training_config import check_run_config, read_config_data
 from workflows import names, status
 from workflows.training_schema import RunConfig, TrainingRunInput, TrainingRunResult
-
-
-class ConfigError(UserError, ValueError):
-    """The run config cannot be used; the message names the file and the field."""
-
-
-def load_run_config(path: Path) -> RunConfig:
-    """A run config from a YAML (or JSON) file.
-
-    Raises:
-        ConfigError: Missing file, not YAML, or an invalid field (named).
-    """
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a run config is a mapping (env, dataset, trainer, ...)")
-    try:
-        return RunConfig.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"{path}: {problems}") from None
 
 
 def add_train_args(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -93,22 +68,15 @@ def run_train(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _config(args: argparse.Namespace) -> RunConfig:
-    config = load_run_config(args.config)
-    updates: dict[str, Any] = {}
+    """The run config of `train launch`, with its overrides, checked: every field at fault named at once."""
+    data = read_config_data(args.config)
     if args.run_id:
-        updates["run_id"] = args.run_id
-    elif config.run_id is None:
-        updates["run_id"] = f"{Path(config.env).stem}-{uuid.uuid4().hex[:8]}"
-    if args.backend:
-        updates["trainer"] = config.trainer.model_copy(update={"backend": args.backend})
-    try:
-        return RunConfig.model_validate({**config.model_dump(), **{k: _dump(v) for k, v in updates.items()}})
-    except ValidationError as exc:
-        raise ConfigError(f"{args.config}: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
-
-
-def _dump(value: Any) -> Any:
-    return value.model_dump() if hasattr(value, "model_dump") else value
+        data["run_id"] = args.run_id
+    elif data.get("run_id") is None:
+        data["run_id"] = f"{Path(str(data.get('env') or 'run')).stem}-{uuid.uuid4().hex[:8]}"
+    if args.backend and isinstance(data.get("trainer", {}), dict):
+        data["trainer"] = {**data.get("trainer", {}), "backend": args.backend}
+    return check_run_config(data, source=args.config, require_skypilot=not args.dryrun)
 
 
 def dryrun_text(config: RunConfig, settings: Settings) -> str:
@@ -133,15 +101,12 @@ def dryrun_text(config: RunConfig, settings: Settings) -> str:
 
 
 async def _launch(args: argparse.Namespace, settings: Settings, *, out: TextIO = sys.stderr) -> int:
-    from activities.training import check_config
-
-    config = _config(args)
-    problems = await asyncio.to_thread(check_config, config, require_skypilot=not args.dryrun)
-    if problems:
-        raise ConfigError(f"{args.config}: " + "; ".join(problems))
+    config = await asyncio.to_thread(_config, args)
     if args.dryrun:
         print(dryrun_text(config, settings), end="")
         return 0
+    from activities.training import TRAINING_CONFIG
+    from workers import exits
     from workers.runner import connect_or_start
     from workers.worker import running_worker
 
@@ -163,6 +128,8 @@ async def _launch(args: argparse.Namespace, settings: Settings, *, out: TextIO =
         result = await follow(handle, out=out)
     if args.json:
         print(json.dumps(result, indent=2, default=str))
+    if result.get("error_type") == TRAINING_CONFIG:  # the config was at fault, as with a refusal before the start
+        return exits.USER_ERROR
     return 0 if result.get("status") == "completed" else 1
 
 
@@ -211,7 +178,7 @@ async def follow(handle: WorkflowHandle[Any, Any], *, out: TextIO, poll_s: float
         cause = exc.cause
         message = getattr(cause, "message", None) or str(cause or exc)
         print(f"run {handle.id} failed: {message}", file=out)
-        return {"run_id": handle.id, "status": "failed", "message": message}
+        return {"run_id": handle.id, "status": "failed", "message": message, "error_type": getattr(cause, "type", None)}
     print(f"run {handle.id} {result.status}: {result.steps} steps, manifest {result.manifest_uri}", file=out)
     return result.model_dump(mode="json")
 
