@@ -67,24 +67,29 @@ def run(command: Callable[[], int], *, err: Any = None) -> int:
 
 
 def workflow_failure(exc: BaseException) -> tuple[int, str] | None:
-    """(exit code, one line) for a failed workflow the command waited on; None for any other error."""
+    """(exit code, one line) for a failed workflow the command waited on; None for any other error.
+
+    The line is the message of the outermost application error under the failure: the workflow's
+    or activity's own words (``cannot load dataset 'x.jsonl' of math: x.jsonl:1: invalid JSON``),
+    never the remote traceback an exception from a process pool carries at the bottom of the chain.
+    """
     from temporalio.client import WorkflowFailureError
     from temporalio.exceptions import ApplicationError, FailureError
 
     if not isinstance(exc, WorkflowFailureError):
         return None
-    # The innermost failure says what went wrong (the activity's error under ActivityError, ...).
-    innermost: BaseException = exc
-    application: ApplicationError | None = None
+    chain: list[BaseException] = []
     cause: BaseException | None = exc.cause
-    while cause is not None:
-        innermost = cause
-        if isinstance(cause, ApplicationError):
-            application = cause
+    while cause is not None and len(chain) < 32:
+        chain.append(cause)
         cause = cause.cause if isinstance(cause, FailureError) else cause.__cause__
-    if application is not None and application.type in _INPUT_FAULTS | user_error_types():
-        return USER_ERROR, application.message
-    message = getattr(innermost, "message", None) or str(innermost)
+    applications = [c for c in chain if isinstance(c, ApplicationError)]
+    faults = _INPUT_FAULTS | user_error_types()
+    for error in applications:
+        if error.type in faults:
+            return USER_ERROR, error.message
+    first = applications[0] if applications else (chain[0] if chain else exc)
+    message = getattr(first, "message", None) or str(first)
     return 1, f"the workflow failed: {message}"
 
 
