@@ -37,7 +37,19 @@ def _settings(args: argparse.Namespace) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        raise SettingsError(f"invalid setting (a GYMFLOW_* variable): {exc}") from exc
+        raise SettingsError(f"invalid setting (a GYMFLOW_* variable or its option): {_problems(exc)}") from None
+
+
+def _problems(exc: ValidationError) -> str:
+    """`GYMFLOW_NAME='value': why` per setting (a union's branches joined by `or`; a secret's value never shown)."""
+    found: dict[str, list[str]] = {}
+    for error in exc.errors():
+        name = str(error["loc"][0]) if error["loc"] else "?"
+        field = Settings.model_fields.get(name)
+        secret = field is not None and "SecretStr" in str(field.annotation)
+        shown = "" if secret else f"={error['input']!r}"
+        found.setdefault(f"GYMFLOW_{name.upper()}{shown}", []).append(error["msg"])
+    return "; ".join(f"{setting}: {' or '.join(messages)}" for setting, messages in found.items())
 
 
 def _processes(text: str) -> int | str:
