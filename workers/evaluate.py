@@ -25,6 +25,7 @@ from activities.model import ModelConfig
 from activities.storage import read_trajectories
 from envs.admission import Capacity
 from envs.report import BatchRef
+from workers import exits
 from workers.config import Settings
 from workers.progress import Progress, Reading, follow
 from workers.report import write_report
@@ -96,6 +97,7 @@ async def run_eval(options: EvalOptions, settings: Settings, *, out: TextIO = sy
     client = await connect_or_start(settings, start_server=False, out=out)
     if options.local_worker:  # its own queue: no other command's workflows, none of its own elsewhere
         settings = settings.command_queue("eval")
+        exits.note_queue_on_interrupt(settings.task_queue)
     policies = {"policy": options.policy} | ({"baseline": options.baseline} if options.baseline else {})
     async with contextlib.AsyncExitStack() as stack:
         if options.local_worker:

@@ -25,6 +25,7 @@ from envs.policy import Policy
 from envs.registry import env_class
 from envs.tokens import TokenDataError
 from workers import client as sdk
+from workers import exits
 from workers import server as embedded
 from workers.config import Settings
 from workers.policy_server import PolicyServer
@@ -181,6 +182,7 @@ async def run_batch(options: BatchOptions, settings: Settings, *, out: TextIO = 
     client = await connect_or_start(settings, start_server=options.start_server, out=out)
     if options.local_worker:  # its own queue: no other command's rollouts, none of its own elsewhere
         settings = settings.command_queue("demo" if options.start_server else "rollout")
+        exits.note_queue_on_interrupt(settings.task_queue)
     async with contextlib.AsyncExitStack() as stack:
         url = await stack.enter_async_context(endpoint(options.env, options.model_url or options.policy))
         if options.local_worker:

@@ -115,6 +115,7 @@ async def _launch(args: argparse.Namespace, settings: Settings, *, out: TextIO =
         # The in-process worker polls a queue of this run's own, keyed by the run id: launching
         # the same run with --wait again (after Ctrl-C, a crash) polls that queue again.
         settings = settings.command_queue("train", config.run_id)
+        exits.note_on_interrupt(f"run {config.run_id} goes on when `gymflow train launch` of it runs with --wait again")
     handle = await start_run(client, config, task_queue=settings.task_queue, out=out)
     if not args.wait:
         print(f"run {handle.id} started; follow it with `gymflow train status {handle.id}`", file=out)

@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from temporalio.client import Client
 
+from envs.math.policy import CalculatorPolicy
 from envs.mcp.http import free_port
+from support import SlowModel
+from workers.policy_server import AppServer
 
 ROOT = Path(__file__).parents[2]
 GYMFLOW = Path(sys.executable).parent / "gymflow"
@@ -136,3 +141,35 @@ async def test_error_path(name: str, tmp_path: Path, temporal_address: str) -> N
         assert last.startswith("gymflow") and case.says in last, err[-3000:]
     else:
         assert out.strip(), err[-3000:]
+
+
+async def test_ctrl_c_says_where_the_workflows_wait(client: Client, temporal_address: str, tmp_path: Path) -> None:
+    """An interrupted command leaves through the same path: exit 130, and the queue its work waits on."""
+    held = SlowModel(CalculatorPolicy())
+    async with AppServer(held) as model:
+        process = await asyncio.create_subprocess_exec(
+            str(GYMFLOW), "rollout", "math", "--n", "2", "--model-url", model.url, "--address", temporal_address,
+            cwd=tmp_path, env={**os.environ, "GYMFLOW_TASK_QUEUE": f"ctrl-c-{uuid.uuid4().hex[:8]}"},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            deadline = asyncio.get_running_loop().time() + 60
+            while held.waiting < 2:  # both rollouts are in a model turn
+                assert process.returncode is None and asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.1)
+            process.send_signal(signal.SIGINT)
+            _, err = await asyncio.wait_for(process.communicate(), 60)
+        finally:
+            held.release.set()
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    text = err.decode()
+    assert process.returncode == 130 and "Traceback" not in text and "Fatal Python error" not in text, text[-3000:]
+    last = text.strip().splitlines()[-1]
+    assert last.startswith("gymflow: interrupted:") and "gymflow worker --task-queue ctrl-c-" in last, last
+    queue = last.split("`gymflow worker --task-queue ")[1].split("`")[0]
+    left = [e async for e in client.list_workflows(f'TaskQueue = "{queue}" AND ExecutionStatus = "Running"')]
+    assert len(left) == 2  # waiting there, as it says
+    for execution in left:
+        await client.get_workflow_handle(execution.id).terminate("test over")
