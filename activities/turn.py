@@ -19,7 +19,7 @@ the messages added since — the tool results — and the rollout's history grow
 not with its square. A node that no longer holds it fails the turn with CONTEXT_MISSING before the
 model is asked, and the workflow sends the turn whole.
 
-What the Web UI shows of a turn without expanding it is the head of its result (the first 60
+What the Web UI shows of a turn without expanding it is the head of its result (its first few dozen
 characters, in the event list and in the compact view; the compact view drops it for an activity that
 has a summary). The turn's tool calls are only known once the model has answered, inside the
 activity, so no summary set when the workflow schedules it could name them: the result names them
