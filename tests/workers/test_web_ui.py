@@ -220,7 +220,7 @@ async def test_a_fused_math_rollout_lists_its_tool_calls_and_results(
     assert lines[0].startswith("calculator.multiply(a=10, b=18) -> 180")
     async with chromium() as browser:
         # As wide as a laptop's screen: narrower, the UI's own layout clips every row's details.
-        page = await browser.new_page(viewport={"width": 1600, "height": 900})
+        page = await browser.new_page(viewport={"width": 1600, "height": 1050})
         await open_rollout(page, web_ui, f'WorkflowId="{result.rollout_id}"', result.rollout_id)
         await rows_show(page, lines)  # each play_turn's completion event: its result's head
         await page.get_by_role("button", name="Compact").click()
