@@ -361,10 +361,10 @@ class RolloutWorkflow:
             if error_type(exc) == errors.ENV_CONFIG:
                 raise _Stop(TerminationReason.ENV_ERROR, describe(exc)) from exc
             raise _Stop(TerminationReason.MODEL_ERROR, describe(exc)) from exc
-        # The node now holds the conversation with this reply, which the agent loop appends as is
-        # (or ends the rollout); the next turn sends only the tool results after it.
         if self._call_lines:
             self._call_lines_read_at = handle.state_key  # this node reads the request: never refused for it
+        # The node now holds the conversation with this reply, which the agent loop appends as is
+        # (or ends the rollout); the next turn sends only the tool results after it.
         token = result.context_token
         held_count = len(self._messages) + 1
         self._node_context = (handle.state_key, CachedContext(token=token, messages=held_count)) if token else None
