@@ -40,7 +40,6 @@ from envs.errors import UserError
 from envs.mcp.transport import server_env
 from envs.runtime.base import (
     DEFAULT_MAX_OUTPUT_BYTES,
-    CappedOutput,
     ExecResult,
     Limits,
     RolloutSpec,
@@ -48,9 +47,8 @@ from envs.runtime.base import (
     Sandbox,
     SandboxError,
     StdioCommand,
-    drain,
-    feed_stdin,
 )
+from envs.runtime.cexec import ContainerExec
 from envs.runtime.disk import RolloutDisk
 from envs.runtime.engine import (
     LABEL_MARKER,
@@ -59,9 +57,7 @@ from envs.runtime.engine import (
     LABEL_ROLLOUT,
     LABEL_STATE,
     Engine,
-    kill_session,
 )
-from envs.runtime.pidmark import PID_WRAPPER, PidSniffer, oom_kills
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +65,6 @@ ROLLOUT_FILE = "rollout"
 """In a container's state directory: the id of the rollout that took it from the pool."""
 KEEPALIVE = ("sleep", "infinity")
 START_TIMEOUT_S = 120.0
-_KILL_TIMEOUT_S = 10.0
 
 
 class ContainerSandbox(Sandbox):
@@ -84,7 +79,7 @@ class ContainerSandbox(Sandbox):
         self.disk = disk
         self.workdir = workdir
         self.workspace_mount = mount
-        self.cgroup = cgroup
+        self.executor = ContainerExec(runtime.engine, name, workdir=workdir, cgroup=cgroup)
         self.rollout_id = ""
         self.node_id = runtime.node_id
         self.workspace = disk.workspace
@@ -102,55 +97,9 @@ class ContainerSandbox(Sandbox):
     ) -> ExecResult:
         if self._released:
             raise SandboxError(f"container {self.name} was released")
-        wrapped = ["sh", "-c", PID_WRAPPER, "sh", *argv]
-        full = self.engine.exec_argv(
-            self.name, wrapped, interactive=stdin is not None, workdir=cwd or self.workdir, env=dict(env or {})
+        return await self.executor.exec(
+            argv, stdin=stdin, timeout_s=timeout_s, max_output_bytes=max_output_bytes, cwd=cwd, env=env
         )
-        oom_before = oom_kills(self.cgroup)
-        started = time.monotonic()
-        process = await asyncio.create_subprocess_exec(
-            *full,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-        )
-        out, err = CappedOutput(max_output_bytes), PidSniffer(max_output_bytes)
-        timed_out = False
-        try:
-            await asyncio.wait_for(
-                asyncio.gather(feed_stdin(process, stdin), drain(process.stdout, out), drain(process.stderr, err)),
-                timeout_s,
-            )
-            await process.wait()
-        except TimeoutError:
-            timed_out = True
-        finally:
-            err.finish()
-            if process.returncode is None:
-                await self._kill_group(err.pid)
-                kill_session(process)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(process.wait(), _KILL_TIMEOUT_S)
-        code = None if timed_out else process.returncode
-        if not timed_out and err.pid is None and code in {125, 126, 127}:
-            raise SandboxError(f"cannot run in container {self.name} ({code}): {err.output.text().strip()[-1000:]}")
-        return ExecResult(
-            exit_code=code,
-            stdout=out.text(),
-            stderr=err.output.text(),
-            timed_out=timed_out,
-            truncated=out.truncated or err.output.truncated,
-            oom_killed=oom_kills(self.cgroup) > oom_before,
-            duration_s=time.monotonic() - started,
-        )
-
-    async def _kill_group(self, pid: int | None) -> None:
-        """Kill the command's process group inside the container (killing the client does not)."""
-        if pid is not None:
-            with contextlib.suppress(SandboxError):
-                kill = ["exec", self.name, "sh", "-c", f"kill -9 -- -{pid} 2>/dev/null || kill -9 {pid}"]
-                await self.engine.run(kill, timeout_s=_KILL_TIMEOUT_S, check=False)
 
     def stdio_command(
         self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None
