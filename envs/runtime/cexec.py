@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
+import signal
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -59,6 +61,28 @@ class PidSniffer:
         if not self._done and self._head:
             self._done = True
             self.output.feed(self._head)
+
+
+def kill_group_from_host(cgroup: str, pgid: int) -> bool:
+    """SIGKILL the container's processes whose in-container process group is `pgid`; False if the
+    cgroup cannot be read (then the caller kills through the engine)."""
+    relative = cgroup.lstrip("/")
+    for procs in (CGROUP_ROOT / "pids" / relative / "cgroup.procs", CGROUP_ROOT / relative / "cgroup.procs"):
+        try:
+            host_pids = [int(line) for line in procs.read_text().split()]
+        except OSError:
+            continue
+        for host_pid in host_pids:
+            try:
+                status = Path(f"/proc/{host_pid}/status").read_text()
+            except OSError:
+                continue  # exited meanwhile
+            found = re.search(r"^NSpgid:\s+(.*)$", status, re.MULTILINE)
+            if found and int(found.group(1).split()[-1]) == pgid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(host_pid, signal.SIGKILL)
+        return True
+    return False
 
 
 def oom_kills(cgroup: str) -> int:
@@ -143,7 +167,13 @@ class ContainerExec:
         )
 
     async def kill_group(self, pid: int | None) -> None:
-        """Kill a command's process group inside the container (killing the exec client does not)."""
+        """Kill a command's process group inside the container (killing the exec client does not).
+
+        From the host where the container's cgroup is known: a container at its pids limit cannot
+        start the `kill` an exec would run (a fork bomb is exactly that case).
+        """
+        if pid is not None and self.cgroup and kill_group_from_host(self.cgroup, pid):
+            return
         if pid is not None:
             with contextlib.suppress(SandboxError):
                 kill = ["exec", self.container, "sh", "-c", f"kill -9 -{pid} 2>/dev/null || kill -9 {pid}"]
