@@ -1,4 +1,6 @@
-"""Container test fixtures (imported by the runtime and harbor conftests): a real podman, a fresh node id per test, nothing left behind.
+"""Container test fixtures (imported by the runtime and harbor conftests).
+
+A real podman, a fresh node id per test, nothing left behind.
 
 The tests skip when no engine is installed (`apt-get install podman runc`). The base image is made
 from Debian's packages on first use (a few minutes, once per machine).

@@ -76,9 +76,7 @@ class VerifierResult(Wire):
     duration_s: float = 0.0
 
 
-async def start_task(
-    runtime: ContainerRuntime, task: HarborTask, *, rollout_id: str, workspace: Path
-) -> Sandbox:
+async def start_task(runtime: ContainerRuntime, task: HarborTask, *, rollout_id: str, workspace: Path) -> Sandbox:
     """Build the task's image (once per node) and start its container with the task's limits.
 
     Raises:
@@ -137,16 +135,21 @@ async def run_verifier(sandbox: Sandbox, task: HarborTask) -> VerifierResult:
     output = (result.stdout + result.stderr)[-4000:]
     if result.timed_out:
         raise VerifierError(VerifierFailure.TIMEOUT, f"test.sh ran past {verifier.timeout_sec:g}s", output=output)
-    read = "cd /logs/verifier && for f in reward.json reward.txt; do [ -f $f ] && { echo $f; cat $f; exit 0; }; done; exit 3"
+    read = f"cd {VERIFIER_DIR} && for f in reward.json reward.txt; do [ -f $f ] && {{ echo $f; cat $f; exit 0; }}; done"
+    read += "; exit 3"
     found = await sandbox.exec(["sh", "-c", read], timeout_s=60)
     if found.exit_code == 3:
         if result.exit_code != 0:
             raise VerifierError(
                 VerifierFailure.CRASHED, f"test.sh exited {result.exit_code} without a reward file", output=output
             )
-        raise VerifierError(VerifierFailure.NO_REWARD, "test.sh wrote no /logs/verifier/reward.txt or reward.json", output=output)
+        raise VerifierError(
+            VerifierFailure.NO_REWARD, "test.sh wrote no /logs/verifier/reward.txt or reward.json", output=output
+        )
     if not found.ok:
-        raise VerifierError(VerifierFailure.CRASHED, f"cannot read the reward file: {found.stderr.strip()}", output=output)
+        raise VerifierError(
+            VerifierFailure.CRASHED, f"cannot read the reward file: {found.stderr.strip()}", output=output
+        )
     name, _, content = found.stdout.partition("\n")
     reward, components, details = parse_reward(name, content)
     assert result.exit_code is not None
@@ -177,7 +180,9 @@ def parse_reward(name: str, content: str) -> tuple[float, dict[str, float], dict
         raise VerifierError(VerifierFailure.BAD_REWARD, 'reward.json must be an object with a "reward" key')
     reward = _finite(data["reward"], "reward.json's reward")
     components = {
-        k: float(v) for k, v in data.items() if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        k: float(v)
+        for k, v in data.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
     }
     details = {k: v for k, v in data.items() if k not in components}
     return reward, components, details

@@ -1,9 +1,10 @@
-"""Running a command in a container: its process group for timeouts, its output caps, OOM kills.
+"""Running a command in a container: its process group for timeouts, output caps, OOM kills.
 
 Killing `podman exec`'s client does not stop the command inside the container. So every command
 starts under a tiny `sh` wrapper that writes its pid to stderr (one line with a marker byte) and
 then `exec`s the command: runc starts an exec'd process as a session leader, so that pid is also
-the process group to kill on timeout (`kill -9 -PID`; dash takes no `--` there). `PidSniffer` takes that line off stderr.
+the process group to kill on timeout (`kill -9 -PID`: dash takes no `--`). `PidSniffer` takes that
+line off stderr.
 
 OOM kills are counted by the memory cgroup (cgroup v1 `memory.oom_control`, v2 `memory.events`);
 a command during which the count grew had a process killed for memory.
@@ -24,7 +25,7 @@ from envs.runtime.base import DEFAULT_MAX_OUTPUT_BYTES, CappedOutput, ExecResult
 from envs.runtime.engine import Engine, kill_session
 
 MARK = b"\x1egymflow-pid:"
-PID_WRAPPER = "printf '\\036gymflow-pid:%s\\n' \"$$\" >&2; exec \"$@\""
+PID_WRAPPER = 'printf \'\\036gymflow-pid:%s\\n\' "$$" >&2; exec "$@"'
 """`sh -c` script: announce the pid, then become the command (`sh -c PID_WRAPPER sh CMD...`)."""
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _KILL_TIMEOUT_S = 10.0

@@ -104,16 +104,17 @@ class ContainerSandbox(Sandbox):
     def stdio_command(
         self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None
     ) -> StdioCommand:
-        full = self.engine.exec_argv(self.name, list(argv), interactive=True, workdir=cwd or self.workdir, env=dict(env or {}))
+        full = self.engine.exec_argv(
+            self.name, list(argv), interactive=True, workdir=cwd or self.workdir, env=dict(env or {})
+        )
         return StdioCommand(argv=full, env=server_env(None))
 
     async def copy_in(self, src: Path, dst: str) -> None:
-        if not src.exists():
-            raise SandboxError(f"nothing to copy at {src}")
+        is_dir = source_kind(src)
         target = dst.rstrip("/") or "/"
-        parent = target if src.is_dir() else os.path.dirname(target) or "/"
+        parent = target if is_dir else os.path.dirname(target) or "/"
         await self._checked_exec(["mkdir", "-p", "--", parent])
-        source = f"{src}/." if src.is_dir() else str(src)
+        source = f"{src}/." if is_dir else str(src)
         await self.engine.run(["cp", source, f"{self.name}:{target}"], timeout_s=300)
 
     async def copy_out(self, src: str, dst: Path) -> None:
@@ -176,8 +177,7 @@ class ContainerRuntime(Runtime):
         workspace = Path(spec.workspace)
         if not workspace.is_absolute():
             raise ValueError(f"the workspace must be an absolute path, got {spec.workspace!r}")
-        if workspace.is_symlink() or (workspace.exists() and (not workspace.is_dir() or any(workspace.iterdir()))):
-            raise ValueError(f"the workspace {workspace} must not exist yet or be an empty directory")
+        check_workspace(workspace)
         key = pool_key(spec)
         ready = self._pools.get(key, [])
         sandbox = ready.pop(0) if ready else None
@@ -187,10 +187,7 @@ class ContainerRuntime(Runtime):
             sandbox = await self._create(spec, rollout_id=spec.rollout_id)
         self._refill(spec)
         sandbox.rollout_id = spec.rollout_id
-        with contextlib.suppress(FileNotFoundError):
-            workspace.rmdir()
-        workspace.parent.mkdir(parents=True, exist_ok=True)
-        workspace.symlink_to(sandbox.disk.workspace, target_is_directory=True)
+        link_workspace(workspace, sandbox.disk.workspace)
         sandbox.workspace = workspace
         return sandbox
 
@@ -204,7 +201,9 @@ class ContainerRuntime(Runtime):
                 raise SandboxError(f"the warm pool could not start containers of {spec.image}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"warm pool not full after {timeout_s:g}s")
-            await asyncio.wait(set(self._tasks), timeout=max(0.0, deadline - time.monotonic()), return_when="FIRST_COMPLETED")
+            await asyncio.wait(
+                set(self._tasks), timeout=max(0.0, deadline - time.monotonic()), return_when="FIRST_COMPLETED"
+            )
 
     def ready(self, spec: RolloutSpec) -> int:
         """Started containers waiting for rollouts like `spec`."""
@@ -263,7 +262,8 @@ class ContainerRuntime(Runtime):
             args += limit_flags(spec.limits)
             args += ["--security-opt", "no-new-privileges", "--hostname", "sandbox", "--workdir", workdir]
             args += ["-v", f"{disk.workspace}:{spec.workspace_mount}"]
-            image_env = [str(e) for e in (config.get("Env") or []) if isinstance(e, str)]
+            listed = config.get("Env")
+            image_env = [e for e in listed if isinstance(e, str)] if isinstance(listed, list) else []
             for item in [*image_env, *(f"{k}={v}" for k, v in spec.env.items())]:
                 args += ["--env", item]
             # `--rootfs` is a switch: the root's path is the first positional argument, then the command.
@@ -291,6 +291,27 @@ class ContainerRuntime(Runtime):
                 mounted = await self.engine.run(["image", "mount", image])
                 self._image_roots[image] = (mounted.stdout.strip(), config)
         return self._image_roots[image]
+
+
+def source_kind(src: Path) -> bool:
+    """Whether `src` is a directory (raises SandboxError when it does not exist)."""
+    if not src.exists():
+        raise SandboxError(f"nothing to copy at {src}")
+    return src.is_dir()
+
+
+def check_workspace(workspace: Path) -> None:
+    """Refuse a workspace path that exists with content (it is about to become a link)."""
+    if workspace.is_symlink() or (workspace.exists() and (not workspace.is_dir() or any(workspace.iterdir()))):
+        raise ValueError(f"the workspace {workspace} must not exist yet or be an empty directory")
+
+
+def link_workspace(workspace: Path, target: Path) -> None:
+    """Make the caller's workspace path a link to the container's workspace on its capped disk."""
+    with contextlib.suppress(FileNotFoundError):
+        workspace.rmdir()
+    workspace.parent.mkdir(parents=True, exist_ok=True)
+    workspace.symlink_to(target, target_is_directory=True)
 
 
 def pool_key(spec: RolloutSpec) -> PoolKey:

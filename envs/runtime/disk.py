@@ -88,5 +88,7 @@ async def host(argv: list[str], *, check: bool = True) -> int:
         await process.wait()
         raise
     if check and process.returncode != 0:
-        raise SandboxError(f"`{' '.join(argv[:3])}` failed ({process.returncode}): {output.decode(errors='replace')[-1000:]}")
+        raise SandboxError(
+            f"`{' '.join(argv[:3])}` failed ({process.returncode}): {output.decode(errors='replace')[-1000:]}"
+        )
     return process.returncode or 0

@@ -52,7 +52,7 @@ class BuildError(SandboxError):
 
 def full_name(ref: str) -> str:
     """A short image name as Docker Hub spells it in full (`debian:bookworm-slim` -> docker.io/library/...)."""
-    name, has_tag, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "")
+    name, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "")
     name = name or ref
     if "/" not in name:
         name = f"library/{name}"
@@ -187,7 +187,12 @@ async def bootstrap_debian(engine: Engine, ref: str, *, suite: str, timeout_s: f
             raise
         if process.returncode != 0:
             raise BuildError(f"mmdebstrap {suite} failed: {err.decode(errors='replace')[-2000:]}")
-        changes = ["--change", 'CMD ["bash"]', "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+        changes = [
+            "--change",
+            'CMD ["bash"]',
+            "--change",
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ]
         await engine.run(["import", *changes, str(tarball), ref], timeout_s=300)
 
 

@@ -94,20 +94,10 @@ class ProcessSandbox(Sandbox):
         )
 
     async def copy_in(self, src: Path, dst: str) -> None:
-        target = resolve_inside(self.workspace, dst)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_dir():
-            await asyncio.to_thread(shutil.copytree, src, target, dirs_exist_ok=True)
-        else:
-            await asyncio.to_thread(shutil.copyfile, src, target)
+        await asyncio.to_thread(_copy, src, resolve_inside(self.workspace, dst))
 
     async def copy_out(self, src: str, dst: Path) -> None:
-        source = resolve_inside(self.workspace, src)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            await asyncio.to_thread(shutil.copytree, source, dst, dirs_exist_ok=True)
-        else:
-            await asyncio.to_thread(shutil.copyfile, source, dst)
+        await asyncio.to_thread(_copy, resolve_inside(self.workspace, src), dst)
 
     async def release(self) -> None:
         """Nothing to stop: commands end with their calls, servers with their clients."""
@@ -121,5 +111,13 @@ class ProcessRuntime(Runtime):
     async def start(self, spec: RolloutSpec) -> ProcessSandbox:
         if spec.image is not None:
             raise ValueError("the process runtime runs no image; use the container runtime")
-        Path(spec.workspace).mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(Path(spec.workspace).mkdir, parents=True, exist_ok=True)
         return ProcessSandbox(spec)
+
+
+def _copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_dir():
+        shutil.copytree(src, dst, dirs_exist_ok=True)
+    else:
+        shutil.copyfile(src, dst)

@@ -67,7 +67,7 @@ def build_server(sandbox: Executor, *, memory_mb: int | None = None) -> MCPServe
     )
 
     @server.tool()
-    async def bash(command: str, timeout: float = DEFAULT_TIMEOUT_S) -> str:
+    async def bash(command: str, timeout: float = DEFAULT_TIMEOUT_S) -> str:  # noqa: ASYNC109 - the tool's argument
         """Run a shell command (bash -c) in the working directory.
 
         Args:
@@ -92,7 +92,9 @@ def build_server(sandbox: Executor, *, memory_mb: int | None = None) -> MCPServe
         result = await sandbox.exec(["cat", "--", path], timeout_s=30, max_output_bytes=MAX_FILE_BYTES)
         if result.exit_code != 0:
             raise ToolError(result.stderr.strip() or f"cannot read {path!r}")
-        note = f"\n[file cut: only its first and last {MAX_FILE_BYTES // 2} bytes are shown]" if result.truncated else ""
+        note = (
+            f"\n[file cut: only its first and last {MAX_FILE_BYTES // 2} bytes are shown]" if result.truncated else ""
+        )
         return result.stdout + note
 
     @server.tool()
@@ -135,7 +137,9 @@ def _report(result: ExecResult, timeout_s: float, memory_mb: int | None) -> str:
         raise ToolError(f"{output}\n[the command timed out after {timeout_s:g}s and was killed]".lstrip())
     if result.oom_killed:
         limit = f" ({memory_mb} MB)" if memory_mb else ""
-        raise ToolError(f"{output}\n[a process was killed: out of memory{limit}; exit status {result.exit_code}]".lstrip())
+        raise ToolError(
+            f"{output}\n[a process was killed: out of memory{limit}; exit status {result.exit_code}]".lstrip()
+        )
     return f"{output}\n[exit status {result.exit_code}]".lstrip()
 
 

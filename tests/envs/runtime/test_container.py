@@ -18,7 +18,9 @@ from envs.runtime.reaper import node_containers, orphans, reap
 LIMITS = Limits(cpus=1, memory_mb=256, storage_mb=128, pids=64)
 
 
-def spec(runtime: ContainerRuntime, image: str, tmp_path: Path, rollout: str | None = None, **kw: object) -> RolloutSpec:
+def spec(
+    runtime: ContainerRuntime, image: str, tmp_path: Path, rollout: str | None = None, **kw: object
+) -> RolloutSpec:
     rollout = rollout or uuid.uuid4().hex[:8]
     return RolloutSpec(
         rollout_id=rollout,
@@ -31,7 +33,9 @@ def spec(runtime: ContainerRuntime, image: str, tmp_path: Path, rollout: str | N
     )
 
 
-async def test_exec_runs_in_the_workdir_with_stdin_and_exit_codes(runtime: ContainerRuntime, base_image: str, tmp_path: Path) -> None:
+async def test_exec_runs_in_the_workdir_with_stdin_and_exit_codes(
+    runtime: ContainerRuntime, base_image: str, tmp_path: Path
+) -> None:
     sandbox = await runtime.start(spec(runtime, base_image, tmp_path, env={"GREETING": "hi"}))
     try:
         done = await sandbox.exec(["sh", "-c", 'pwd; echo "$GREETING"; echo oops >&2; exit 3'], timeout_s=30)
@@ -44,7 +48,9 @@ async def test_exec_runs_in_the_workdir_with_stdin_and_exit_codes(runtime: Conta
         await sandbox.release()
 
 
-async def test_a_timeout_kills_the_command_and_what_it_started(runtime: ContainerRuntime, base_image: str, tmp_path: Path) -> None:
+async def test_a_timeout_kills_the_command_and_what_it_started(
+    runtime: ContainerRuntime, base_image: str, tmp_path: Path
+) -> None:
     sandbox = await runtime.start(spec(runtime, base_image, tmp_path))
     try:
         started = time.monotonic()
@@ -57,7 +63,9 @@ async def test_a_timeout_kills_the_command_and_what_it_started(runtime: Containe
         await sandbox.release()
 
 
-async def test_output_is_capped_keeping_start_and_end(runtime: ContainerRuntime, base_image: str, tmp_path: Path) -> None:
+async def test_output_is_capped_keeping_start_and_end(
+    runtime: ContainerRuntime, base_image: str, tmp_path: Path
+) -> None:
     sandbox = await runtime.start(spec(runtime, base_image, tmp_path))
     try:
         done = await sandbox.exec(
@@ -90,7 +98,9 @@ async def test_workspace_files_and_copies(runtime: ContainerRuntime, base_image:
     assert not sandbox.disk.path.exists()
 
 
-async def test_stdio_command_is_a_plain_pipe_into_the_container(runtime: ContainerRuntime, base_image: str, tmp_path: Path) -> None:
+async def test_stdio_command_is_a_plain_pipe_into_the_container(
+    runtime: ContainerRuntime, base_image: str, tmp_path: Path
+) -> None:
     sandbox = await runtime.start(spec(runtime, base_image, tmp_path))
     try:
         command = sandbox.stdio_command(["sh", "-c", 'while read -r line; do echo "in-container:$line"; done'])
@@ -143,10 +153,14 @@ async def test_reaper_removes_what_a_dead_worker_left(base_image: str, tmp_path:
     await crashed.start(spec(crashed, base_image, tmp_path, rollout="terminated"))
     await crashed.warm(spec(crashed, base_image, tmp_path, rollout="template"))
     # The same worker still alive: only the rollout that is no longer live is an orphan.
-    assert {c.rollout_id for c in await orphans(crashed.engine, node_id=node, live_rollouts={"live"}, owner=crashed.owner)} == {"terminated"}
+    assert {
+        c.rollout_id for c in await orphans(crashed.engine, node_id=node, live_rollouts={"live"}, owner=crashed.owner)
+    } == {"terminated"}
     # The worker "dies" (its runtime object is dropped, nothing released); a new one takes the node.
     successor = ContainerRuntime(node_id=node, state_root=STATE_ROOT)
-    removed = await reap(successor.engine, node_id=node, state_root=STATE_ROOT, live_rollouts={"live"}, owner=successor.owner)
+    removed = await reap(
+        successor.engine, node_id=node, state_root=STATE_ROOT, live_rollouts={"live"}, owner=successor.owner
+    )
     assert len(removed) == 3
     assert await leftovers(successor.engine, node) == []
     assert not kept.disk.path.exists() and not kept.disk.root.is_mount()

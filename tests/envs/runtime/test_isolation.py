@@ -52,7 +52,9 @@ async def test_host_loopback_ports_are_unreachable(runtime: ContainerRuntime, ba
 async def test_no_network_but_its_own_loopback(runtime: ContainerRuntime, base_image: str, tmp_path: Path) -> None:
     sandbox = await start(runtime, base_image, tmp_path)
     try:
-        interfaces = await sandbox.exec(["sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"], timeout_s=30)
+        interfaces = await sandbox.exec(
+            ["sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"], timeout_s=30
+        )
         assert interfaces.stdout.split() == ["lo"]
         routes = await sandbox.exec(["sh", "-c", "tail -n +2 /proc/net/route"], timeout_s=30)
         assert routes.stdout.strip() == ""
@@ -74,7 +76,11 @@ async def test_another_rollouts_container_and_workspace_are_out_of_reach(
         await second.exec(["sh", "-c", "nohup sleep 31337 >/dev/null 2>&1 &"], timeout_s=30)
         half = len(secret) // 2  # the probe's own command line must not hold the whole secret
         found = await first.exec(
-            ["sh", "-c", f'grep -rl "{secret[:half]}""{secret[half:]}" / --exclude-dir=proc --exclude-dir=sys 2>/dev/null'],
+            [
+                "sh",
+                "-c",
+                f'grep -rl "{secret[:half]}""{secret[half:]}" / --exclude-dir=proc --exclude-dir=sys 2>/dev/null',
+            ],
             timeout_s=120,
         )
         assert found.stdout == "", f"another rollout's file is readable: {found.stdout}"
@@ -114,7 +120,9 @@ def pids_files(sandbox: ContainerSandbox) -> tuple[Path, Path]:
     raise AssertionError(f"no pids cgroup for {sandbox.executor.cgroup}")
 
 
-async def test_fork_bomb_is_contained_by_the_pids_limit(runtime: ContainerRuntime, base_image: str, tmp_path: Path) -> None:
+async def test_fork_bomb_is_contained_by_the_pids_limit(
+    runtime: ContainerRuntime, base_image: str, tmp_path: Path
+) -> None:
     sandbox = await start(runtime, base_image, tmp_path)
     current, events = pids_files(sandbox)
     peak = 0
