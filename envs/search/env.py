@@ -17,7 +17,6 @@ from typing import Any
 
 from envs.contract import Message, Reward, Task
 from envs.mcp.env import McpEnv
-from envs.policy import NullPolicy, Policy
 from envs.rewards.rubric import Rubric
 from envs.search.data import load_split, local_corpus
 from envs.search.rewards import correctness_rubric, search_reward
@@ -38,6 +37,10 @@ class SearchEnv(McpEnv):
     stateless = True
     fused_turns = True  # tool calls may re-run: one activity per turn (activities.turn)
     mcp_servers = {"search": {"command": "python", "args": ["-m", "envs.search.servers.search"]}}
+    policies = {
+        "retrieve": "envs.search.policy:RetrievePolicy",  # retrieve, read, extract
+        "reference": "envs.search.policy:RetrievePolicy",
+    }
 
     def __init__(self, *, judge: bool = False, **kwargs: Any) -> None:
         """Args:
@@ -75,14 +78,3 @@ class SearchEnv(McpEnv):
         tasks = load_split(name, str(kwargs.get("split", "eval")))
         n = kwargs.get("n")
         return tasks[: int(n)] if n is not None else tasks
-
-    @classmethod
-    def baseline_policy(cls, name: str = "default") -> Policy:
-        """`retrieve` (default; retrieve-read-extract) or `null`."""
-        if name in {"default", "retrieve"}:
-            from envs.search.policy import RetrievePolicy
-
-            return RetrievePolicy()
-        if name == "null":
-            return NullPolicy()
-        raise ValueError(f"search has no baseline policy {name!r}; choose retrieve or null")
