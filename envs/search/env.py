@@ -18,7 +18,7 @@ from typing import Any
 from envs.contract import Message, Reward, Task
 from envs.mcp.env import McpEnv
 from envs.rewards.rubric import Rubric
-from envs.search.data import load_split, local_corpus
+from envs.search.data import load_sample, load_split, local_corpus
 from envs.search.rewards import correctness_rubric, search_reward
 from envs.search.servers.search import CORPUS_POINTER
 
@@ -74,7 +74,13 @@ class SearchEnv(McpEnv):
 
     @classmethod
     def load_dataset(cls, name: str, **kwargs: Any) -> Iterable[Task]:
-        """A dataset URI written by `gymflow dataset generate` (kwargs: split, default ``eval``; n)."""
-        tasks = load_split(name, str(kwargs.get("split", "eval")))
+        """``generated``: the sample shipped with gymflow, questions over ``envs/search/sample_corpus``
+        (kwargs: split, default both; n); else a dataset URI written by `gymflow dataset generate`
+        (kwargs: split, default ``eval``; n)."""
+        if name == "generated":
+            split = kwargs.get("split")
+            tasks = load_sample(None if split is None else str(split))
+        else:
+            tasks = load_split(name, str(kwargs.get("split", "eval")))
         n = kwargs.get("n")
         return tasks[: int(n)] if n is not None else tasks
