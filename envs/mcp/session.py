@@ -35,6 +35,9 @@ _KILL_CONFIRM_S = 5.0
 """Longest a tool timeout waits for the killed server to be gone before answering."""
 _MODEL_VISIBLE_CODES = frozenset({mcp_types.INVALID_PARAMS, mcp_types.METHOD_NOT_FOUND})
 """JSON-RPC errors that older servers use for bad arguments / unknown tools: the model's fault."""
+_SETTLE_S = 2.0
+"""Longest a call whose connection broke waits to see the server gone, so its error can say how
+it ended (exit code, stderr) rather than only that the connection closed."""
 
 
 class McpSession:
@@ -208,6 +211,8 @@ class McpSession:
         except MCPError as exc:
             if exc.code in _MODEL_VISIBLE_CODES and self.alive:
                 return ToolResult(text=f"error: {exc.message}", is_error=True)
+            if exc.code == mcp_types.CONNECTION_CLOSED:
+                await self._settle()
             raise InfraError(self.describe_death(str(exc)) if not self.alive else f"MCP protocol error: {exc}") from exc
         except (
             anyio.ClosedResourceError,
@@ -216,10 +221,17 @@ class McpSession:
             ConnectionError,
             httpx.TransportError,
         ) as exc:
+            await self._settle()
             raise InfraError(self.describe_death(repr(exc))) from exc
         rendered = render_result(result, workspace=self.workspace, max_inline_bytes=self.config.max_inline_media_bytes)
         parser = self.parsers.get(tool)
         return rendered if parser is None else await apply_parser(parser, rendered)
+
+    async def _settle(self) -> None:
+        """Wait (briefly) until a server whose connection broke is seen gone: the connection breaks
+        as the process exits, a moment before its exit is reaped."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._gone(), _SETTLE_S)
 
     async def _gone(self) -> None:
         """Return once a killed server has exited: its stdout closed, then its exit status reaped (a
