@@ -152,6 +152,8 @@ def _instantiate(spec: PolicySpec, *, field: str) -> Policy:
         factory: Callable[[], Any] = load_callable(spec, field=field)
     else:
         factory = spec
+    if isinstance(factory, type) and not issubclass(factory, Policy):
+        raise ValueError(f"{field}: {policy_target(spec)} is not an envs.policy.Policy subclass")  # noqa: TRY004
     policy = factory()
     if not isinstance(policy, Policy):
         raise ValueError(f"{field}: {policy_target(spec)} made {type(policy).__name__}, not an envs.policy.Policy")  # noqa: TRY004

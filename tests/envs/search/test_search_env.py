@@ -145,5 +145,5 @@ def test_env_registry_and_policies() -> None:
 
     assert env_class("search") is SearchEnv
     assert SearchEnv.baseline_policy().name == "retrieve" and SearchEnv.baseline_policy("null").name == "null"
-    with pytest.raises(ValueError, match="retrieve or null"):
+    with pytest.raises(ValueError, match="retrieve, reference or null"):
         SearchEnv.baseline_policy("oracle")
