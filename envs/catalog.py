@@ -4,9 +4,10 @@ Everything but the tools is read from the env class: the first line of its docst
 file's `description`), its `policies` (envs.policy), and its `generated` dataset (what `gymflow
 eval ENV` runs without `--dataset`) counted at its default size. An env's tools are known only
 once they run (`BaseEnv.list_tools`), so each env is started once in a throwaway workspace root
-and shut down again, every env at the same time, each within a deadline; an McpEnv whose servers
-all declare `allowed_tools` is listed from that declaration and starts nothing. Nothing is
-cached on disk: a listing is what the envs say now.
+and shut down again, every env at the same time, each within a deadline; McpEnvs with the same
+servers (`units` runs math's calculator) start them once between them, and an McpEnv whose
+servers all declare `allowed_tools` is listed from that declaration and starts nothing. Nothing
+is cached on disk: a listing is what the envs say now.
 
 A part that fails (a class that does not import, a server that does not start, a dataset that
 does not load) is reported in its field (`error`, `tools_error`, `dataset_error`): one broken env
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import shlex
 import sys
 import tempfile
@@ -26,6 +28,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from envs.contract import BaseEnv, ToolSpec
+from envs.mcp.env import McpEnv
 from envs.policy import policy_aliases, policy_target
 from envs.registry import BUILTIN, EnvFileError, UnknownEnvError, available, env_class, is_env_file, storage_name
 
@@ -33,6 +36,9 @@ DEFAULT_DATASET = "generated"
 """The dataset `gymflow eval` and `rollout` run without `--dataset`."""
 TOOLS_TIMEOUT_S = 30.0
 """How long an env may take to start and list its tools before the listing gives up on it."""
+
+Listing = tuple[list[ToolSpec] | None, bool, str | None]
+"""(tools, declared without starting, why they could not be listed)."""
 
 
 class PolicyInfo(BaseModel):
@@ -86,7 +92,7 @@ async def describe(name: str, *, tools_timeout_s: float = TOOLS_TIMEOUT_S) -> En
         EnvFileError: `name` is an env file that is missing or invalid.
     """
     cls = env_class(name)
-    return await _describe(name, cls, tools_timeout_s=tools_timeout_s)
+    return await _describe(name, cls, tools_timeout_s=tools_timeout_s, shared={})
 
 
 async def describe_all(
@@ -94,20 +100,23 @@ async def describe_all(
 ) -> list[EnvInfo]:
     """`describe` for every env (default: all registered ones), all at once; an env that cannot
     be loaded is an `EnvInfo` with `error` set, not an exception."""
-    return list(await asyncio.gather(*(_safe(n, tools_timeout_s) for n in (names or available()))))
+    shared: dict[str, asyncio.Future[Listing]] = {}
+    return list(await asyncio.gather(*(_safe(n, tools_timeout_s, shared) for n in (names or available()))))
 
 
-async def _safe(name: str, tools_timeout_s: float) -> EnvInfo:
+async def _safe(name: str, tools_timeout_s: float, shared: dict[str, asyncio.Future[Listing]]) -> EnvInfo:
     try:
         cls = env_class(name)
     except (UnknownEnvError, EnvFileError) as exc:
         return EnvInfo(name=name, error=str(exc))
     except Exception as exc:  # a third-party entry point that does not import: say so, list the rest
         return EnvInfo(name=name, error=f"{type(exc).__name__}: {exc}")
-    return await _describe(name, cls, tools_timeout_s=tools_timeout_s)
+    return await _describe(name, cls, tools_timeout_s=tools_timeout_s, shared=shared)
 
 
-async def _describe(name: str, cls: type[BaseEnv], *, tools_timeout_s: float) -> EnvInfo:
+async def _describe(
+    name: str, cls: type[BaseEnv], *, tools_timeout_s: float, shared: dict[str, asyncio.Future[Listing]]
+) -> EnvInfo:
     doc = _own_doc(cls)
     info = EnvInfo(
         name=name,
@@ -121,7 +130,9 @@ async def _describe(name: str, cls: type[BaseEnv], *, tools_timeout_s: float) ->
         system_prompt=cls.system_prompt,
         dataset_doc=inspect.getdoc(cls.load_dataset) or "",
     )
-    tools, tasks = await asyncio.gather(_tools(name, cls, tools_timeout_s), asyncio.to_thread(_count_tasks, cls))
+    tools, tasks = await asyncio.gather(
+        _tools(name, cls, tools_timeout_s, shared), asyncio.to_thread(_count_tasks, cls)
+    )
     info.tools, info.tools_declared, info.tools_error = tools
     info.tasks, info.dataset_error = tasks
     return info
@@ -159,8 +170,10 @@ def _servers(cls: type[BaseEnv]) -> dict[str, str]:
     return out
 
 
-async def _tools(name: str, cls: type[BaseEnv], timeout_s: float) -> tuple[list[ToolSpec] | None, bool, str | None]:
-    """(tools, declared, error): the declared names if any, else what a started instance lists."""
+async def _tools(
+    name: str, cls: type[BaseEnv], timeout_s: float, shared: dict[str, asyncio.Future[Listing]]
+) -> Listing:
+    """The declared names if any, else what a started instance lists (once per set of servers)."""
     declared = getattr(cls, "declared_tools", None)
     names = declared() if callable(declared) else None
     if names is not None:
@@ -171,14 +184,34 @@ async def _tools(name: str, cls: type[BaseEnv], timeout_s: float) -> tuple[list[
         except Exception as exc:  # an env that cannot be built here says why in its row
             return None, False, f"{type(exc).__name__}: {exc}"
         try:
-            specs = await asyncio.wait_for(env.list_tools(), timeout_s)
-        except TimeoutError:
-            return None, False, f"did not list its tools within {timeout_s:g}s"
-        except Exception as exc:  # a server that does not start: its reason, and the rest of the listing
-            return None, False, str(exc) or type(exc).__name__
+            key = _servers_key(env)
+            if key is None:
+                return await _list(env, timeout_s)
+            if key not in shared:
+                shared[key] = asyncio.ensure_future(_list(env, timeout_s))
+            return await asyncio.shield(shared[key])
         finally:
             await env.shutdown()
+
+
+async def _list(env: BaseEnv, timeout_s: float) -> Listing:
+    try:
+        specs = await asyncio.wait_for(env.list_tools(), timeout_s)
+    except TimeoutError:
+        return None, False, f"did not list its tools within {timeout_s:g}s"
+    except Exception as exc:  # a server that does not start: its reason, and the rest of the listing
+        return None, False, str(exc) or type(exc).__name__
     return list(specs), False, None
+
+
+def _servers_key(env: BaseEnv) -> str | None:
+    """What an McpEnv's tools depend on (its servers and workspace seed), for envs that list them
+    McpEnv's way; None for any other env."""
+    if not isinstance(env, McpEnv) or type(env).list_tools is not McpEnv.list_tools:
+        return None
+    servers = {name: config.model_dump(mode="json") for name, config in env.servers.items()}
+    seed = env.workspace_seed.model_dump(mode="json") if env.workspace_seed is not None else None
+    return json.dumps([servers, seed], sort_keys=True)
 
 
 def _count_tasks(cls: type[BaseEnv]) -> tuple[int | None, str | None]:
