@@ -34,8 +34,6 @@ DEFAULT = "default"
 """The name that means an env's first policy (the CLI's `--policy` default)."""
 NULL = "null"
 """The policy every env has: it answers nothing useful and calls no tool."""
-REFERENCE = "reference"
-"""The common name of a built-in env's known-good policy."""
 
 
 class Policy(ABC):

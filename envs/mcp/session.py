@@ -228,8 +228,11 @@ class McpSession:
         return rendered if parser is None else await apply_parser(parser, rendered)
 
     async def _settle(self) -> None:
-        """Wait (briefly) until a server whose connection broke is seen gone: the connection breaks
-        as the process exits, a moment before its exit is reaped."""
+        """Wait (briefly) until a server process of ours whose connection broke is seen gone: the
+        connection breaks as the process exits, a moment before its exit is reaped. (A fixed-URL
+        server is not ours to watch: its error is said at once.)"""
+        if self.transport is None and self.http_process is None:
+            return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._gone(), _SETTLE_S)
 
