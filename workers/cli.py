@@ -13,10 +13,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from envs.registry import EnvFileError, UnknownEnvError, available, env_class
+from envs.registry import EnvFileError, UnknownEnvError, env_class
 from workers import commands, logs
 from workers import server as embedded
 from workers.config import Settings
+from workers.envs_cli import add_envs_args, run_envs
 
 
 class SettingsError(ValueError):
@@ -231,9 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("policy", help="baseline policies")
     psub = p.add_subparsers(dest="policy_command", required=True)
-    serve = psub.add_parser("serve", help="serve an env's baseline policy as an OpenAI-compatible endpoint")
-    serve.add_argument("env")
-    serve.add_argument("--policy", default="default")
+    serve = psub.add_parser("serve", help="serve an env's scripted policy as an OpenAI-compatible endpoint")
+    serve.add_argument("env", help="env name or env file")
+    serve.add_argument("--policy", default="default", help="policy name (`gymflow envs show ENV`; default: the first)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
 
@@ -242,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     _deploy_args(sub)
     _dataset_args(sub)
     _train_args(sub)
-    sub.add_parser("envs", help="list the registered envs")
+    add_envs_args(sub)
     _log_args(parser)
     return parser
 
@@ -275,9 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "envs":
-        for name in available():
-            print(name)
-        return 0
+        return run_envs(args)
     if args.command == "policy":
         from workers.policy_server import serve_forever
 
