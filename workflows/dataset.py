@@ -181,6 +181,7 @@ class DatasetGenerationWorkflow:
             env=input.env_name(),
             accepted=state.accepted,
             target_met=state.accepted >= input.n,
+            target=input.n,
             splits=final.splits,
             rejected=sum(state.rejections.values()),
             rejections=dict(state.rejections),

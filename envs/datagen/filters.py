@@ -45,11 +45,11 @@ EXTRACTIVE_TYPES = frozenset({"extractive", "cloze", "multi_hop", "comparison", 
 
 FilterName = Literal["too_easy", "dedup", "quota"]
 FILTERS: dict[FilterName, str] = {
-    "too_easy": "questions whose answer is in the top-1 BM25 passage for the question",
-    "dedup": "near-duplicate questions (exact duplicates are dropped all the same)",
-    "quota": "the per-type caps (a type's largest share of the target)",
+    "too_easy": "rejects questions whose answer is in the top-1 BM25 passage for the question",
+    "dedup": "rejects near-duplicate questions (identical ones are dropped all the same)",
+    "quota": "caps each question type at its share of the target",
 }
-"""The filters a run may skip, and what skipping one lets through."""
+"""The filters a run may skip, and what each does."""
 
 
 class GuardConfig(Wire):
