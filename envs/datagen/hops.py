@@ -25,7 +25,6 @@ the candidate's id and variant, so generation is reproducible.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from envs.datagen.corpus import Chunk
@@ -44,8 +43,6 @@ from envs.datagen.text import (
 
 Written = tuple[str, str] | str
 """(question, answer), or why no question was written."""
-
-_GAP_RE = re.compile(r"[,;:]")
 
 
 def _that_one(blank: str, asked: str) -> str:

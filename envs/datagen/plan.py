@@ -14,8 +14,9 @@
     (``<subject> was founded in <year>``), documents that share a rarer name with A's first
     (the same canal, the same architect: ``which of the towns on the X canal was founded
     earlier``).
-  - ``paraphrase``: the other passages of A's own document (A itself when it is the only one),
-    when A says something of its subject: the question names the subject through them.
+  - ``paraphrase``: the other passages of A's own document that name its subject (A itself when
+    none does), when A says something of its subject: the question names the subject through
+    them.
 * A run stops at its target, so the rows it accepted may all come from one split's documents
   although the other split has documents too (a small target, an eval document with nothing to
   ask). `fill_empty_split` then moves whole source components — rows linked by a shared
@@ -33,13 +34,15 @@ from collections.abc import Sequence
 
 from envs.datagen.corpus import Chunk, Document
 from envs.datagen.generate import PAIR_TYPES, Candidate, QuestionType
-from envs.datagen.text import NAME_RE, CorpusContext, facts
+from envs.datagen.text import NAME_RE, CorpusContext, facts, names_subject
 
 Related = dict[str, dict[str, list[str]]]
 """Chunk id -> question type -> ids of the passages a two-passage question pairs it with."""
 
 MAX_PARTNERS = 3
 """Partner passages per anchor passage and type at most."""
+COMPARISON_POOL = 64
+"""Passages of other documents sampled per relation before choosing comparison partners."""
 RARE_SHARE = 0.1
 """A name in at most this share of the documents (and at least two) marks related documents."""
 _LEAD_RE = re.compile(r"^(The|A|An)\s+")
@@ -118,13 +121,14 @@ def partners(
     for chunk in chunks:
         by_doc.setdefault(chunk.doc_id, []).append(chunk)
     related: Related = {}
+    named = {c.id for c in chunks if names_subject(c, context.nouns_of(c))}  # can name it in a clue
     for chunk in chunks:
-        own = [c.id for c in by_doc[chunk.doc_id] if c.id != chunk.id]
+        own = [c.id for c in by_doc[chunk.doc_id] if c.id != chunk.id and c.id in named]
         random.Random(f"{seed}:paraphrase:{chunk.id}").shuffle(own)
         related[chunk.id] = {
             "multi_hop": bridges.get(chunk.id, []),
             "comparison": compared.get(chunk.id, []),
-            "paraphrase": (own[:MAX_PARTNERS] or [chunk.id]) if chunk.id in asks else [],
+            "paraphrase": (own[:MAX_PARTNERS] or [chunk.id]) if chunk.id in asks and (own or chunk.id in named) else [],
         }
     return related
 
@@ -157,32 +161,47 @@ def _bridge_partners(
 def _comparison_partners(
     chunks: Sequence[Chunk], docs: Sequence[Document], context: CorpusContext, *, seed: int
 ) -> dict[str, list[str]]:
-    keys: dict[str, set[tuple[str, str]]] = {}
+    keys: dict[str, list[tuple[str, str]]] = {}
     holders: dict[tuple[str, str], list[Chunk]] = {}
+    by_doc_key: dict[tuple[str, tuple[str, str]], list[Chunk]] = {}
     for chunk in chunks:
-        found = {(f.key, f.kind) for f in facts(chunk, context.nouns_of(chunk)) if f.key}
-        keys[chunk.id] = {k for k in found if k[1] in ("year", "number")}
-        for key in sorted(keys[chunk.id]):
+        found = {(f.key, f.kind) for f in facts(chunk, context.nouns_of(chunk)) if f.kind in ("year", "number")}
+        keys[chunk.id] = sorted(k for k in found if k[0])
+        for key in keys[chunk.id]:
             holders.setdefault(key, []).append(chunk)
+            by_doc_key.setdefault((chunk.doc_id, key), []).append(chunk)
     names = _rare_names(docs)
+    docs_by_name: dict[str, list[str]] = {}
+    for doc_id, doc_names in names.items():
+        for name in sorted(doc_names):
+            docs_by_name.setdefault(name, []).append(doc_id)
     related: dict[str, list[str]] = {}
     for chunk in chunks:
-        pool: dict[str, Chunk] = {}
-        for key in sorted(keys[chunk.id]):
-            for other in holders[key]:
-                if other.doc_id != chunk.doc_id and other.split == chunk.split:
-                    pool.setdefault(other.id, other)
-        ranked = sorted(pool)
-        random.Random(f"{seed}:compare:{chunk.id}").shuffle(ranked)
-        shared = names.get(chunk.doc_id, frozenset())
-        ranked.sort(key=lambda cid: not (shared & names.get(pool[cid].doc_id, frozenset())))  # stable
-        chosen: list[str] = []
-        for cid in ranked:
-            if pool[cid].doc_id not in {pool[c].doc_id for c in chosen}:
-                chosen.append(cid)
-            if len(chosen) == MAX_PARTNERS:
-                break
-        related[chunk.id] = chosen
+        rng = random.Random(f"{seed}:compare:{chunk.id}")
+        shared = sorted(names.get(chunk.doc_id, frozenset()))
+        near: dict[str, Chunk] = {}
+        far: dict[str, Chunk] = {}
+        for key in keys[chunk.id]:
+            # Documents sharing a rarer name first; then a sample of the others, which bounds the
+            # work on a corpus where every document states the relation.
+            for name in shared:
+                holding = docs_by_name[name]
+                for doc_id in rng.sample(holding, min(len(holding), COMPARISON_POOL)):
+                    for other in by_doc_key.get((doc_id, key), []):
+                        near.setdefault(other.id, other)
+            pool = holders[key]
+            for i in sorted(rng.sample(range(len(pool)), min(len(pool), COMPARISON_POOL))):
+                far.setdefault(pool[i].id, pool[i])
+        chosen: list[Chunk] = []
+        for group in (near, far):
+            ranked = sorted(group)
+            rng.shuffle(ranked)
+            for cid in ranked:
+                other = group[cid]
+                usable = other.doc_id != chunk.doc_id and other.split == chunk.split
+                if usable and len(chosen) < MAX_PARTNERS and all(c.doc_id != other.doc_id for c in chosen):
+                    chosen.append(other)
+        related[chunk.id] = [c.id for c in chosen]
     return related
 
 

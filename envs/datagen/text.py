@@ -227,6 +227,12 @@ def facts(chunk: Chunk, nouns: frozenset[str] = frozenset()) -> list[Fact]:
     return out
 
 
+def names_subject(chunk: Chunk, nouns: frozenset[str] = frozenset()) -> bool:
+    """Whether a sentence of the passage names its subject (or refers to it by pronoun or kind noun)."""
+    title = title_of(chunk)
+    return any(mentions(resolve(s, title, nouns), title) >= 0 for s in sentences(chunk))
+
+
 def frame(text: str) -> str:
     """A blanked sentence in the form `CorpusContext` compares them (case, punctuation, spacing)."""
     return normalize_answer(text.replace("____", " blankmark "))
