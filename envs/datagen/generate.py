@@ -16,8 +16,9 @@ in a passage's sentences, the subject named where a pronoun or ``the town`` stoo
 
 A single-passage question must have one answer in the corpus: a sentence that does not name its
 subject (``A market is held every Monday.``) is asked about it (``About Varnholt: A market is held
-every what?``), and a blank that another document's sentence has too (``Barges reach ____ by way
-of the Tamber Canal.``, said of several towns) is not asked.
+every what?``), a blank that another document's sentence has too is not asked, and the subject
+itself is asked for only when the rest of the sentence holds a name or number no other document
+has (``Barges reach ____ by way of the Tamber Canal.`` fits every town on that canal).
  Which sentence and span a candidate uses is a function of its id and `variant`, so
 generation is reproducible. The same wording rules apply to the model path's output through the
 guards (`envs.datagen.filters`).
@@ -107,10 +108,14 @@ def _single(candidate: Candidate, chunk: Chunk, context: CorpusContext) -> hops.
     title = title_of(chunk)
     options = []
     for fact in facts(chunk, context.nouns_of(chunk)):
-        if title and fact.subject_at < 0:
+        asks_subject = fact.subject_at >= 0 and fact.start <= fact.subject_at < fact.end
+        if asks_subject:  # only if the rest of the sentence fits no other document, even reworded
+            if context.unique(fact.blanked(), chunk.doc_id) and context.identifies(fact.blanked(), [chunk.doc_id]):
+                options.append((fact, ""))
+        elif title and fact.subject_at < 0:
             options.append((fact, title))  # the sentence does not say what it is about: the question does
         elif context.unique(fact.blanked(), chunk.doc_id):
-            options.append((fact, ""))  # names its subject, or asks for it and no other document fits
+            options.append((fact, ""))
     if not options:
         return "no sentence with an unambiguous answer span"
     fact, about = pick(options, candidate.id, candidate.variant)

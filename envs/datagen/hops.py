@@ -17,8 +17,10 @@ Each is a question a single lexical search does not settle, written without a mo
   ``Take the name that fills the blank in "Since 1961 ____ has been twinned with Quenton." That
   one's principal export is what?``
 
-A quote that another document has with the same blank (`CorpusContext.unique`) is never used: the
-blank would have several fills, the question several answers. Values that tie are not compared.
+A quote that another document has with the same blank (`CorpusContext.unique`), or that holds no
+name or number only its documents have (`CorpusContext.identifies`: another document may say the
+same in other words), is never used: the blank would have several fills, the question several
+answers. Values that tie are not compared.
 Every writer returns ``(question, answer)`` or why it has none, and picks among its options by
 the candidate's id and variant, so generation is reproducible.
 """
@@ -62,7 +64,7 @@ def bridge(a: Chunk, b: Chunk, context: CorpusContext, *, key: str, variant: int
         if at < 0:
             continue
         blank = sentence[:at] + "____" + sentence[at + len(title_b) :]
-        if not context.unique(blank, a.doc_id):
+        if not context.unique(blank, a.doc_id) or not context.identifies(blank, [a.doc_id, b.doc_id]):
             continue
         bridges += [(blank, f.asked, f.answer) for f in targets if mentions(sentence, f.answer) < 0]
     if not bridges:
@@ -126,7 +128,7 @@ def paraphrase(chunks: Sequence[Chunk], context: CorpusContext, *, key: str, var
             if at < 0:
                 continue
             blank = sentence[:at] + "____" + sentence[at + len(title) :]
-            if context.unique(blank, answer_chunk.doc_id):
+            if context.unique(blank, answer_chunk.doc_id) and context.identifies(blank, [answer_chunk.doc_id]):
                 clues.append((sentence, blank))
     options = []
     for target in targets:

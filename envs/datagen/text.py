@@ -13,7 +13,11 @@
   question can be made of — a sentence with an answer span, its subject or its leading name
   replaced by ``____`` — is indexed with the documents that have it; a blanked sentence that
   another document has too is ambiguous (``A weekly market is held on ____``, said of every
-  town), so a question must not rest on it alone.
+  town), so a question must not rest on it alone. A sentence that stands for its subject (a
+  question asking for the subject, a quote naming it by a blank) must also hold an identifying
+  span — a name or number no document outside the question's own has, besides the document
+  about that name — since another document may say the same thing in other words
+  (``Barges reach ____ by way of the Tamber Canal.`` fits every town on that canal).
 
 Everything here is a pure function of the text: the same corpus gives the same facts everywhere.
 """
@@ -252,6 +256,8 @@ class CorpusContext:
         self.titles = {doc: title_of(parts[0]) for doc, parts in by_doc.items()}
         self.nouns = {doc: kind_nouns((c.text for c in parts), self.titles[doc]) for doc, parts in by_doc.items()}
         self._frames: dict[str, set[str]] = {}
+        self._spans: dict[str, set[str]] = {}
+        self._about = {normalize_answer(title): doc for doc, title in sorted(self.titles.items(), reverse=True)}
         for doc, parts in by_doc.items():
             title = self.titles[doc]
             for chunk in parts:
@@ -259,6 +265,8 @@ class CorpusContext:
                     sentence = resolve(raw, title, self.nouns[doc])
                     for start, end in blanks(sentence, title):
                         self._frames.setdefault(frame(sentence[:start] + "____" + sentence[end:]), set()).add(doc)
+                    for span, _ in identifiers(sentence):
+                        self._spans.setdefault(span, set()).add(doc)
 
     @classmethod
     def of(cls, chunks: Sequence[Chunk]) -> CorpusContext:
@@ -271,6 +279,30 @@ class CorpusContext:
     def unique(self, blanked: str, doc_id: str) -> bool:
         """Whether no document other than `doc_id` has the blanked sentence `blanked`."""
         return self._frames.get(frame(blanked), set()) <= {doc_id}
+
+    def identifies(self, text: str, doc_ids: Iterable[str]) -> bool:
+        """Whether `text` holds a span only `doc_ids` have (the document about it aside)."""
+        allowed = set(doc_ids)
+        for span, leading in identifiers(text.replace("____", " ")):
+            if leading and span not in self._about:
+                continue  # a capitalised first word is no name unless a document is about it
+            holders = self._spans.get(span, set()) - {self._about.get(span, "")}
+            if holders and holders <= allowed:
+                return True
+        return False
+
+
+def identifiers(sentence: str) -> set[tuple[str, bool]]:
+    """The names and numbers of a sentence, normalised, and whether each is a lone capitalised
+    first word (``Barges reach ...``: a name only if it is some document's title)."""
+    found = {(normalize_answer(m.group(0)), False) for m in NUMBER_RE.finditer(sentence)}
+    for m in NAME_RE.finditer(sentence):
+        words = m.group(0).removesuffix("'s").split(" ")
+        if words[0] in LEAD_WORDS or PRONOUN_RE.match(words[0]):
+            words = words[1:]
+        if words:
+            found.add((normalize_answer(" ".join(words)), m.start() == 0 and len(words) == 1))
+    return {(span, leading) for span, leading in found if span}
 
 
 def blanks(sentence: str, title: str) -> list[tuple[int, int]]:

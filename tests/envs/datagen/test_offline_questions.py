@@ -80,7 +80,7 @@ def values(town: Town) -> dict[str, str]:
         "founded": str(town.founded), "founder": town.founder, "export": town.export, "canal": town.canal,
         "hall_year": str(town.hall_year), "architect": town.architect, "style": town.style,
         "census_year": str(town.census_year), "population": f"{town.population:,}",
-        "households": f"{town.households:,}", "twin": town.twin or "-",
+        "households": f"{town.households:,}", "twin": town.twin or "-", "region": town.region,
     }  # fmt: skip
 
 
@@ -97,7 +97,17 @@ ASKS = {
     "population": r"inhabitants|people|residents|population",
     "households": r"households",
     "twin": r"twinned",
+    "region": r"part of the county",
 }
+
+
+def also_fits(subject: Town, text: str, towns: dict[str, Town]) -> list[str]:
+    """Other towns the facts `text` states of `subject` are true of (the wording aside)."""
+    mine = values(subject)
+    stated = [
+        a for a, v in mine.items() if v != "-" and re.search(rf"(?<!\w)(?<!\d,){re.escape(v)}(?!\w)(?!,\d)", text)
+    ]
+    return [t.name for t in towns.values() if t is not subject and all(values(t)[a] == mine[a] for a in stated)]
 
 
 def asked_attribute(town: Town, answer: str, asked: str) -> str:
@@ -149,8 +159,11 @@ def test_every_question_has_the_answer_the_corpus_gives(corpus: Generated) -> No
             asked_attribute(subject, draft.answer, asked)
             if draft.type == "multi_hop":
                 assert holder.twin == subject.name  # the corpus's links between articles: twin towns
-            # The quote leads to one town: it occurs in one article, with that town in its blank.
+            # The quote leads to one town: it occurs in one article, with that town in its blank,
+            # and what it says of its subject is true of no other town, however worded.
             assert fills(quote, resolved) == {(holder.path, subject.name.lower())}, draft.question
+            if draft.type == "paraphrase":
+                assert not also_fits(subject, quote, corpus.towns), draft.question
             assert subject.name not in draft.question
         else:
             [town] = towns
@@ -159,6 +172,7 @@ def test_every_question_has_the_answer_the_corpus_gives(corpus: Generated) -> No
             if about:
                 assert about.group(1) == town.name
             elif draft.answer == town.name:  # asks for its subject: no other town fits the sentence
+                assert not also_fits(town, draft.question, corpus.towns), draft.question
                 if draft.type == "cloze":
                     assert fills(draft.question.removeprefix("Fill in the blank: "), resolved) == {
                         (town.path, town.name.lower())
@@ -201,8 +215,11 @@ def test_sentences_name_their_subject_and_ambiguous_blanks_are_refused() -> None
         return Chunk(id=f"{doc}#0", doc_id=doc, index=0, heading=doc.title(), text=f"{doc.title()}\n{body}",
                      char_start=0, split="train")  # fmt: skip
 
-    shared = "A market is held every Monday. Barges reach the town by way of the Tamber Canal."
-    chunks = [chunk("ashby", f"Ashby is a market town. {shared}"), chunk("brel", f"Brel is a market town. {shared}")]
+    market = "A market is held every Monday."
+    chunks = [
+        chunk("ashby", f"Ashby is a market town. {market} Barges reach Ashby by way of the Tamber Canal."),
+        chunk("brel", f"Brel is a market town. {market} Brel lies on the Tamber Canal."),
+    ]
     context = CorpusContext(chunks)
     questions = set()
     for variant in range(12):
@@ -212,7 +229,8 @@ def test_sentences_name_their_subject_and_ambiguous_blanks_are_refused() -> None
             draft = offline_draft(candidate, chunks[:1], context)
             assert isinstance(draft, Draft)
             questions.add((draft.question, draft.answer))
-    # Said of both towns: asked about Ashby by name; the town itself (the canal's blank fits both) never.
+    # Said of both towns: asked about Ashby by name. The town itself is never asked for: "Barges reach
+    # ____ by way of the Tamber Canal" is Ashby's sentence alone, but Brel is on that canal too.
     assert ("About Ashby: A market is held every what?", "Monday") in questions
     assert all(answer != "Ashby" for _, answer in questions), questions
 
