@@ -132,17 +132,25 @@ def shortfall(result: DatasetResult, *, top: int = 3) -> list[str]:
     """
     if result.target_met:
         return []
+    return explain(result.accepted, result.target, result.rejections, top=top)
+
+
+def explain(accepted: int, target: int, rejections: dict[str, int], *, top: int = 3) -> list[str]:
+    """`shortfall`'s lines from the counts (a result's, or a manifest's)."""
     reasons = sorted(
-        ((n, key) for key, n in result.rejections.items() if not key.startswith("target/")), key=lambda kv: -kv[0]
+        ((n, key) for key, n in rejections.items() if not key.startswith("target/")), key=lambda kv: -kv[0]
     )
-    wanted = f" of the {result.target} wanted" if result.target else ""
-    lines = [f"accepted {result.accepted}{wanted}: the source ran out of candidates. Most rejections:"]
-    for count, key in reasons[:top]:
-        hint = _RELAX.get(key) or _RELAX.get(key.split("/", 1)[0], "see rejected.jsonl")
-        lines.append(f"  {count:>6}  {key}: {hint}")
+    wanted = f" of the {target} wanted" if target else ""
+    lines = [f"accepted {accepted}{wanted}: the source ran out of candidates. Most rejections:"]
+    lines += [f"  {count:>6}  {key}: {relax(key)}" for count, key in reasons[:top]]
     if not reasons:
         lines.append("  none: the source holds fewer candidates than that (more documents, or --n lower)")
     return lines
+
+
+def relax(reason: str) -> str:
+    """What a ``stage/reason`` rejection means and what relaxes it."""
+    return _RELAX.get(reason) or _RELAX.get(reason.split("/", 1)[0], "see rejected.jsonl")
 
 
 def format_result(result: DatasetResult) -> str:
@@ -189,9 +197,10 @@ def format_show(summary: dict[str, Any]) -> str:
         f"candidates {summary['counts'].get('candidates', 0)}, processed {summary['counts'].get('processed', 0)}, "
         f"rejected {summary['counts'].get('rejected', 0)}:",
     ]
-    lines += [
-        f"  {count:>6}  {reason}" for reason, count in sorted(summary["rejections"].items(), key=lambda kv: -kv[1])
-    ]
+    for reason, count in sorted(summary["rejections"].items(), key=lambda kv: -kv[1]):
+        # Short of the target: what relaxes each reason, as the generate command said.
+        hint = "" if summary["target_met"] or reason.startswith("target/") else f": {relax(reason)}"
+        lines.append(f"  {count:>6}  {reason}{hint}")
     for split, rows in summary["samples"].items():
         lines.append(f"samples ({split}):")
         for row in rows:

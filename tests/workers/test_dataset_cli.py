@@ -78,6 +78,8 @@ def test_a_plain_corpus_of_200_towns(temporal_address: str, tmp_path: Path) -> N
     assert re.match(r"accepted \d+ of the 1000 wanted: the source ran out", lines[1]), short.stdout
     assert lines[2].split()[1] == "too_easy/answer_in_top1:" and "--skip-filter too_easy" in lines[2]
     assert int(lines[2].split()[0]) >= int(lines[3].split()[0])  # the most rejecting first
+    show = gymflow("dataset", "show", str(tmp_path / "short"), cwd=tmp_path).stdout
+    assert "too_easy/answer_in_top1: the answer is in the top BM25 passage" in show and "--skip-filter too_easy" in show
     # The filter skipped: at least 200 rows, both splits, no document on both sides.
     skipped = gymflow(*source, "--n", "200", "--skip-filter", "too_easy", "--out", str(tmp_path / "all"), "--json",
                       *server, cwd=tmp_path)  # fmt: skip
