@@ -19,9 +19,10 @@ subject (``A market is held every Monday.``) is asked about it (``About Varnholt
 every what?``), a blank that another document's sentence has too is not asked, and the subject
 itself is asked for only when the rest of the sentence holds a name or number no other document
 has (``Barges reach ____ by way of the Tamber Canal.`` fits every town on that canal).
- Which sentence and span a candidate uses is a function of its id and `variant`, so
-generation is reproducible. The same wording rules apply to the model path's output through the
-guards (`envs.datagen.filters`).
+
+Which sentence and span a candidate uses is a function of its id and `variant`, so generation is
+reproducible. The same wording rules apply to the model path's output through the guards
+(`envs.datagen.filters`).
 """
 
 from __future__ import annotations
