@@ -135,6 +135,8 @@ def _codec_server_args(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 def _dataset_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`gymflow dataset generate|show`: DatasetGenerationWorkflow runs and the datasets they write."""
+    from envs.datagen.filters import FILTERS
+
     p = sub.add_parser("dataset", help="generate a dataset (corpus, traces, env generator) or show one")
     dsub = p.add_subparsers(dest="dataset_command", required=True)
     g = dsub.add_parser("generate", help="run a DatasetGenerationWorkflow with a progress bar")
@@ -152,6 +154,10 @@ def _dataset_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--eval-fraction", type=float, default=0.2)
     g.add_argument("--batch-size", type=int, default=64)
+    g.add_argument(
+        "--skip-filter", action="append", choices=sorted(FILTERS), metavar="NAME",
+        help="do not apply this filter (repeatable): " + "; ".join(f"{k}: {v}" for k, v in FILTERS.items()),
+    )  # fmt: skip
     g.add_argument("--no-worker", action="store_true", help="rely on running workers instead of an in-process one")
     g.add_argument("--json", action="store_true", help="print the result as JSON")
     s = dsub.add_parser("show", help="counts, rejections by reason and samples of a dataset")

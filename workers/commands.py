@@ -159,6 +159,7 @@ def dataset(args: argparse.Namespace, settings: Settings) -> int:
         source=args.source, n=args.n, out=args.out, env=args.env, generator=args.generator,
         model_url=args.model_url, model=args.model, judge_url=args.judge_url, seed=args.seed,
         eval_fraction=args.eval_fraction, batch_size=args.batch_size, local_worker=not args.no_worker,
+        skip_filters=tuple(args.skip_filter or ()),
     )  # fmt: skip
     from temporalio.client import WorkflowFailureError
 
@@ -172,10 +173,10 @@ def dataset(args: argparse.Namespace, settings: Settings) -> int:
         return 1
     if args.json:
         print(result.model_dump_json(indent=2))
+        for line in datasets.shortfall(result):  # stdout stays JSON
+            print(line, file=sys.stderr)
     else:
-        splits = ", ".join(f"{k} {v}" for k, v in result.splits.items())
-        print(f"{result.accepted} items ({splits}), {result.rejected} rejected: {result.uri}")
-        print(f"see them with `gymflow dataset show {result.uri}`")
+        print(datasets.format_result(result))
     return 0 if result.target_met else 1
 
 
