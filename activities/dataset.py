@@ -62,6 +62,7 @@ from envs.datagen.generate import (
 )
 from envs.datagen.index import Bm25Index
 from envs.datagen.plan import task_id
+from envs.datagen.text import CorpusContext
 from envs.datagen.traces import TraceTurn, dedup_text, label_messages, load_redactor, turn_task
 
 _CACHED_RUNS = 8
@@ -94,7 +95,7 @@ class DatasetActivities:
         self.default_model_url = default_model_url
         self.default_judge_url = default_judge_url
         self._model, self._judge = endpoints(model_api_key=model_api_key, judge_api_key=judge_api_key)
-        self._corpora: OrderedDict[str, tuple[dict[str, Chunk], list[Chunk], Bm25Index]] = OrderedDict()
+        self._corpora: OrderedDict[str, tuple[dict[str, Chunk], list[Chunk], Bm25Index, CorpusContext]] = OrderedDict()
         self._dedup: OrderedDict[tuple[str, int], MinHashDedup] = OrderedDict()
         self._plans: OrderedDict[str, list[bytes]] = OrderedDict()
 
@@ -165,11 +166,12 @@ class DatasetActivities:
                 self._plans.popitem(last=False)
         return self._plans[uri]
 
-    async def _corpus(self, store: Store, uri: str) -> tuple[dict[str, Chunk], list[Chunk], Bm25Index]:
+    async def _corpus(self, store: Store, uri: str) -> tuple[dict[str, Chunk], list[Chunk], Bm25Index, CorpusContext]:
         if uri not in self._corpora:
             chunks = [Chunk.model_validate_json(line) for line in (await self._get(store, uri)).splitlines()]
             index = await asyncio.to_thread(Bm25Index, [c.text for c in chunks])
-            self._corpora[uri] = ({c.id: c for c in chunks}, chunks, index)
+            context = await asyncio.to_thread(CorpusContext, chunks)
+            self._corpora[uri] = ({c.id: c for c in chunks}, chunks, index, context)
             while len(self._corpora) > 2:
                 self._corpora.popitem(last=False)
         return self._corpora[uri]
@@ -177,14 +179,14 @@ class DatasetActivities:
     async def _corpus_batch(
         self, input: BatchInput, store: Store, plan: list[bytes], calls: CallStore
     ) -> list[BatchRecord]:
-        by_id, chunks, index = await self._corpus(store, input.chunks_uri or "")
+        by_id, chunks, index, context = await self._corpus(store, input.chunks_uri or "")
         options = input.options
         candidates = [Candidate.model_validate_json(line) for line in plan]
         sources = [[by_id[i] for i in c.chunk_ids] for c in candidates]
 
         async def draft(candidate: Candidate, passages: list[Chunk]) -> Draft | Rejection:
             if options.generator == "offline":
-                return offline_draft(candidate, passages)
+                return offline_draft(candidate, passages, context)
             try:
                 text, model = await calls.complete(
                     "generate", candidate.id, options.model, generation_messages(candidate, passages), role="model"
@@ -198,7 +200,7 @@ class DatasetActivities:
         for item, passages in zip(drafts, sources, strict=True):
             failed = guard(item, [p.text for p in passages], options.guards) if isinstance(item, Draft) else None
             outcomes.append(failed or item)
-        if options.too_easy:
+        if options.applies("too_easy"):
             outcomes = await asyncio.to_thread(_too_easy, outcomes, chunks, index)
         if options.judge is not None:
             outcomes = list(

@@ -4,7 +4,9 @@ Reads the accepted and rejected files of every merged batch (``work/<id>/``) and
 layout `envs.datagen.format` describes: ``{train,eval}.jsonl`` and ``.parquet``, ``corpus.jsonl``
 for corpus sources (every task's ``init_args.corpus`` points at it), ``rejected.jsonl`` (scan
 rejections first, then batch by batch) and ``manifest.json`` last, so a reader that finds a
-manifest finds every file it names. Deterministic: a retried finalize writes the same bytes.
+manifest finds every file it names. When the accepted rows left a split empty, whole source
+components move to it first (`envs.datagen.plan.fill_empty_split`; the manifest counts the rows).
+Deterministic: a retried finalize writes the same bytes.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from activities.dataset_models import BatchRecord, FinalizeInput, FinalizeResult
 from activities.storage import Store
 from envs.contract import Task
 from envs.datagen import format as fmt
+from envs.datagen.plan import fill_empty_split
 
 
 async def write_dataset(
@@ -34,6 +37,11 @@ async def write_dataset(
             if task is not None:
                 tasks.append(task.model_copy(update={"init_args": {"corpus": corpus_uri}}) if corpus_uri else task)
         rejected.append(await read(store.uri(f"{prefix}/rejected-{index:06d}.jsonl")))
+    sources = [(str(t.metadata.get("split", "")), _groups(t)) for t in tasks]
+    splits_now = fill_empty_split(sources, seed=input.seed, eval_fraction=input.eval_fraction)
+    moved = [i for i, (t, split) in enumerate(zip(tasks, splits_now, strict=True)) if t.metadata.get("split") != split]
+    for i in moved:
+        tasks[i] = tasks[i].model_copy(update={"metadata": {**tasks[i].metadata, "split": splits_now[i]}})
     if corpus_uri is not None and input.scan.corpus_uri is not None:
         await store.put(fmt.CORPUS, await read(input.scan.corpus_uri))
     await store.put(fmt.REJECTED, b"".join(rejected))
@@ -66,6 +74,7 @@ async def write_dataset(
         source_digests=digests,
         corpus=fmt.CORPUS if corpus_uri else None,
         data_files={split: info.parquet for split, info in splits.items()},
+        moved_rows=len(moved),
     )
     manifest_uri = await store.put(fmt.MANIFEST, manifest.model_dump_json(indent=2).encode())
     return FinalizeResult(

@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 from activities.model import ModelConfig
 from envs.contract import Task, Wire
 from envs.datagen.corpus import DEFAULT_MAX_BYTES, Rejection
-from envs.datagen.filters import GuardConfig
+from envs.datagen.filters import FilterName, GuardConfig
 from envs.datagen.generate import QUESTION_TYPES, QuestionType
 
 SourceKind = Literal["corpus", "traces", "env"]
@@ -63,7 +63,11 @@ class GenerationOptions(Wire):
     """Corpus files larger than this are rejected unread."""
     guards: GuardConfig = Field(default_factory=GuardConfig)
     too_easy: bool = True
-    """Reject questions whose answer is in the top-1 BM25 passage for the question."""
+    """Reject questions whose answer is in the top-1 BM25 passage for the question (also off when
+    `skip_filters` names ``too_easy``)."""
+    skip_filters: list[FilterName] = Field(default_factory=list)
+    """Filters not applied (`envs.datagen.filters.FILTERS`): ``too_easy``, ``dedup`` (near-duplicates;
+    exact duplicates are still dropped), ``quota`` (the per-type caps of `quotas`)."""
     dedup_threshold: float = Field(default=0.8, gt=0, le=1)
     """Estimated Jaccard similarity (word 2-grams) from which a question is a near-duplicate."""
     eval_fraction: float = Field(default=0.2, ge=0, lt=1)
@@ -77,6 +81,10 @@ class GenerationOptions(Wire):
     """Model calls in flight per batch."""
     heartbeat_s: float = Field(default=30.0, ge=1, le=3600)
     """Heartbeat timeout of the batch activities: how soon a dead worker's batch moves on."""
+
+    def applies(self, name: FilterName) -> bool:
+        """Whether the filter `name` runs."""
+        return name not in self.skip_filters and (name != "too_easy" or self.too_easy)
 
     @field_validator("quotas")
     @classmethod
@@ -194,6 +202,8 @@ class FinalizeInput(Wire):
     rejections: dict[str, int]
     accepted_by_type: dict[str, int]
     created_at: str
+    eval_fraction: float = 0.0
+    """Share of source groups in eval: when > 0 and one split has no row, rows move (`fill_empty_split`)."""
 
 
 class FinalizeResult(Wire):

@@ -19,6 +19,15 @@ the messages added since — the tool results — and the rollout's history grow
 not with its square. A node that no longer holds it fails the turn with CONTEXT_MISSING before the
 model is asked, and the workflow sends the turn whole.
 
+What the Web UI shows of a turn without expanding it is the head of its result (its first few dozen
+characters, in the event list and in the compact view; the compact view drops it for an activity that
+has a summary). The turn's tool calls are only known once the model has answered, inside the
+activity, so no summary set when the workflow schedules it could name them: the result names them
+instead, first, one line per call (`PlayTurnResult.calls`: `calculator.add(a=17, b=2) -> 19`), and the
+turn carries no summary. Workflows ask for these lines (`PlayTurnInput.call_lines`): a workflow worker
+older than them would refuse a result that has them, and a node worker older than them refuses the
+field, after which the workflow sends its turns without it.
+
 Failures keep their types: the model's (MODEL_ERROR, MODEL_REJECTED, CONTEXT_LENGTH) and the env's
 (ROLLOUT_NOT_FOUND, ENV_ERROR: the workflow re-initialises the rollout and plays the turn again).
 A reward that fails here is not an error of the turn: the reply comes back without a reward and
@@ -28,6 +37,7 @@ error types.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 
@@ -43,6 +53,33 @@ from envs.tokens import TokenPrefix
 log = logging.getLogger(__name__)
 
 TURN_ACTIVITY = "play_turn"
+RESULT_HEAD_CHARS = 80
+"""How much of a tool's output a call line (`call_line`) shows; the result itself is whole."""
+
+
+def call_summary(call: ToolCall, limit: int = 120) -> str:
+    """`tool(arg=value, ...)`, values as JSON, cut to `limit` characters."""
+    args = ", ".join(f"{k}={json.dumps(v, default=str)}" for k, v in call.arguments.items())
+    text = f"{call.name}({args})"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def named_call(call: ToolCall, tools: Sequence[ToolSpec]) -> str:
+    """`server.tool(arg=value, ...)`: a call as an activity summary (classic turns) and a call line
+    (fused turns) name it; without the server's name for a tool no server provides."""
+    server = next((t.server for t in tools if t.name == call.name), None)
+    return (f"{server}." if server else "") + call_summary(call)
+
+
+def call_line(call: ToolCall, tools: Sequence[ToolSpec], result: ToolResult) -> str:
+    """`server.tool(arg=value, ...) -> result`: one call of a fused turn and the head of its result, on
+    one line (whitespace collapsed, cut to RESULT_HEAD_CHARS), errors marked as such."""
+    head = " ".join(result.text.split())
+    if result.is_error and not head.lower().startswith("error"):
+        head = f"error: {head}"
+    if len(head) > RESULT_HEAD_CHARS:
+        head = head[: RESULT_HEAD_CHARS - 3] + "..."
+    return f"{named_call(call, tools)} -> {head}"
 
 
 def refusal(call: ToolCall, tools: Sequence[ToolSpec], calls_made: int, max_calls: int) -> ToolResult | None:
@@ -104,6 +141,9 @@ class PlayTurnInput(Wire):
     room_bytes: int | None = None
     """What the rollout's payload budget still admits (None: unbounded). A final answer is scored
     here only if it and its token data fit, i.e. the workflow keeps it whole."""
+    call_lines: bool = False
+    """Head the result with the turn's call lines (`PlayTurnResult.calls`). Only workflows that read
+    them ask: a workflow worker older than them would refuse a result that has them."""
 
     @model_validator(mode="after")
     def _delta_needs_cached(self) -> PlayTurnInput:
@@ -113,11 +153,15 @@ class PlayTurnInput(Wire):
 
 
 class PlayTurnResult(Wire):
-    """What a turn gave: its tool results and a final answer's reward first, then the model's reply
-    (the Web UI shows the head of a payload; the reply names the calls)."""
+    """What a turn gave: its calls with their results, and a final answer's reward, first, then the
+    model's reply (the Web UI shows the head of a payload: see the module docstring)."""
 
     compact_json = True
 
+    calls: list[str] = Field(default_factory=list)
+    """One line per result in `results`, `server.tool(arg=value, ...) -> result head` (`call_line`), when
+    the turn asked (`PlayTurnInput.call_lines`). For people reading the history: the workflow reads
+    the reply and `results`."""
     results: list[ToolResult] = Field(default_factory=list)
     """One result per tool call of the reply, in order (refusals included). Shorter than the calls
     only if the turn's results would not fit one payload: the workflow runs the rest classically."""
@@ -148,6 +192,7 @@ class TurnActivities:
         if not message.tool_calls:
             return await self._final(input, generate, generated)
         results: list[ToolResult] = []
+        lines: list[str] = []
         made = input.tool_calls_made
         budget = self._result_budget(generated)
         for call in message.tool_calls:
@@ -163,11 +208,14 @@ class TurnActivities:
                         max_output_chars=input.max_output_chars,
                     )
                 )
+            line = call_line(call, generate.tools, result) if input.call_lines else None
             if budget is not None:
-                budget -= json_bytes(result)
+                budget -= json_bytes(result) + (json_bytes(line) if line is not None else 0)
                 if budget < 0:  # the workflow runs this call and the rest one activity each
                     break
             results.append(result)
+            if line is not None:
+                lines.append(line)
         token = self.env.contexts.put(
             input.state_key,
             [*generate.messages, message],
@@ -176,7 +224,7 @@ class TurnActivities:
             model=generate.model,
             task=input.reward_task,
         )
-        return PlayTurnResult(generated=generated, results=results, context_token=token)
+        return PlayTurnResult(calls=lines, generated=generated, results=results, context_token=token)
 
     def _whole(self, input: PlayTurnInput) -> tuple[PlayTurnInput, GenerateInput]:
         """`input` with the conversation's cached start (and for a `TurnDelta`, the held model settings,

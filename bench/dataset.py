@@ -51,6 +51,7 @@ from envs.datagen.generate import (
 )
 from envs.datagen.index import Bm25Index
 from envs.datagen.plan import assign_splits, corpus_plan, partners, task_id
+from envs.datagen.text import CorpusContext
 from envs.search.sample import write_sample_corpus
 
 OUT = ROOT / "bench" / "out"
@@ -84,6 +85,7 @@ async def direct(corpus: Path, out: Path, *, n: int, options: GenerationOptions,
     plan = corpus_plan(chunks, partners(chunks, docs, seed=0), types=options.types, variants=options.variants, seed=0)
     by_id = {c.id: c for c in chunks}
     index = Bm25Index([c.text for c in chunks])
+    context = CorpusContext(chunks)
     model = ChatEndpoint(errors=MODEL_ENDPOINT)
     judge = ChatEndpoint(errors=JUDGE_ENDPOINT)
     slots = asyncio.Semaphore(options.concurrency * window)
@@ -96,7 +98,7 @@ async def direct(corpus: Path, out: Path, *, n: int, options: GenerationOptions,
     async def one(candidate: Candidate) -> Draft | None:
         passages = [by_id[i] for i in candidate.chunk_ids]
         if options.generator == "offline":
-            draft = offline_draft(candidate, passages)
+            draft = offline_draft(candidate, passages, context)
         else:
             draft = parse_generation(
                 candidate, await ask(model, options.model, generation_messages(candidate, passages)), model="m"

@@ -349,6 +349,10 @@ class BaseEnv(ABC):
     """True: a turn's tool calls (and a final answer's reward) run in the model turn's activity on
     the rollout's node, one activity per turn instead of one per model turn and per tool call
     (activities.turn). A retry then re-runs the whole turn, so only stateless envs may set it."""
+    policies: ClassVar[Mapping[str, Any]] = {}
+    """Scripted policies that play this env without a model, name -> `module:Class` (or the class):
+    `--policy NAME` and `gymflow policy serve ENV --policy NAME` run them. The first is the default;
+    `null` is always there (envs.policy)."""
     cpu_bound: ClassVar[bool] = False
     """True when tool calls and rewards are CPU-heavy work on the worker's machine (sandboxed code,
     formula recalculation): a worker then admits only as many at once as its cores can run and
@@ -471,5 +475,8 @@ class BaseEnv(ABC):
 
     @classmethod
     def baseline_policy(cls, name: str = "default") -> Any:
-        """A built-in policy (see envs.policy.Policy) that plays this env without a model."""
-        raise NotImplementedError(f"{cls.__name__} has no baseline policy {name!r}")
+        """The scripted policy `name` of `policies` (see envs.policy): `default` is the first, `null`
+        exists everywhere. Raises `envs.policy.NoBaselinePolicy` / `UnknownPolicy` (UserErrors)."""
+        from envs.policy import make_policy  # envs.policy builds on this module
+
+        return make_policy(cls, name)

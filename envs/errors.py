@@ -11,7 +11,3 @@ from __future__ import annotations
 
 class UserError(Exception):
     """An expected error whose message tells the user what to fix (the CLI exits 2 on it)."""
-
-
-class UnknownPolicyError(UserError, ValueError):
-    """No baseline policy of that name for the env (the message lists the env's policies)."""

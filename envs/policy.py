@@ -3,15 +3,37 @@
 A policy maps the conversation so far to the next assistant message. It is pure (no I/O) and
 reconstructs everything it needs from the messages, exactly as a model would, so it can sit
 behind a real OpenAI-compatible HTTP endpoint (`gymflow policy serve ENV`) and be driven by the
-same rollout workflow as vLLM or OpenAI. Envs expose theirs through `BaseEnv.baseline_policy`.
+same rollout workflow as vLLM or OpenAI.
+
+An env names its scripted policies in `BaseEnv.policies` (`policies:` in an env file): name ->
+`module:Class`, `file.py:Class` or the class itself, anything that makes a `Policy` when called
+without arguments. Names are looked up here (`make_policy`, behind `BaseEnv.baseline_policy`),
+so every env answers the same way:
+
+* `default` is the env's first policy; `null` (`NullPolicy`, the floor) exists in every env.
+* By convention every built-in env's known-good policy also answers to `reference`, so a user
+  never has to guess an env-specific name (math's `calculator` is its `reference`).
+* An env without policies refuses `default` with `NoBaselinePolicy`, a `UserError` saying to pass
+  a model endpoint or to name a scripted policy; an unknown name is `UnknownPolicy`, listing the
+  names there are. Both also subclass the `NotImplementedError` / `ValueError` callers caught
+  before.
+
+Specs are strings so that listing an env's policies (`gymflow envs`) imports nothing.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
-from envs.contract import Message, ToolCall, ToolSpec
+from envs.contract import BaseEnv, Message, ToolCall, ToolSpec
+from envs.errors import UserError
+
+DEFAULT = "default"
+"""The name that means an env's first policy (the CLI's `--policy` default)."""
+NULL = "null"
+"""The policy every env has: it answers nothing useful and calls no tool."""
 
 
 class Policy(ABC):
@@ -53,3 +75,84 @@ class NullPolicy(Policy):
     def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
         del messages, tools
         return Message(role="assistant", content="I don't know.")
+
+
+PolicySpec = str | Callable[[], Policy]
+"""`module:Class`, `path/to/file.py:Class` (absolute, or relative to the working directory), or a
+callable making the policy (a `Policy` subclass, a factory function)."""
+
+
+class UnknownPolicy(UserError, ValueError):
+    """The env has no policy of that name; the message lists the ones it has."""
+
+
+class NoBaselinePolicy(UserError, NotImplementedError):
+    """The env names no scripted policy, so without a model endpoint nothing can play it."""
+
+
+def policy_names(cls: type[BaseEnv]) -> list[str]:
+    """The names `--policy` accepts for env `cls`, its declared ones first, then `null`."""
+    return [*(name for name in cls.policies if name != NULL), NULL]
+
+
+def policy_aliases(cls: type[BaseEnv]) -> dict[str, list[str]]:
+    """Each distinct policy of `cls` under its names (those sharing one spec are aliases), `null` last."""
+    groups: dict[str, list[str]] = {}
+    by_spec: dict[int | str, str] = {}
+    for name, spec in cls.policies.items():
+        key = spec if isinstance(spec, str) else id(spec)
+        first = by_spec.setdefault(key, name)
+        groups.setdefault(first, []).append(name)
+    groups.setdefault(NULL, [NULL])
+    return groups
+
+
+def policy_target(spec: PolicySpec) -> str:
+    """Where a policy spec points, for listings (`module:Class`)."""
+    if isinstance(spec, str):
+        return spec
+    return f"{getattr(spec, '__module__', '?')}:{getattr(spec, '__qualname__', repr(spec))}"
+
+
+def make_policy(cls: type[BaseEnv], name: str = DEFAULT) -> Policy:
+    """The policy `name` of env `cls` (what `BaseEnv.baseline_policy` returns).
+
+    Raises:
+        NoBaselinePolicy: `name` is `default` and the env declares no policy.
+        UnknownPolicy: The env has no policy `name`; the message lists its names.
+        ValueError: The spec cannot be loaded or does not make a `Policy`.
+    """
+    env = cls.name or cls.__name__
+    policies: Mapping[str, PolicySpec] = cls.policies
+    if name == DEFAULT:
+        if not policies:
+            raise NoBaselinePolicy(
+                f"{env} has no baseline policy to play it without a model: pass a model endpoint "
+                "(--model-url URL; for `gymflow eval`, --policy URL), or give the env a scripted one "
+                "(`policies: {reference: my_policy.py:MyPolicy}` in an env file, a `policies` class "
+                f"attribute) for --policy and `gymflow policy serve {env}`"
+            )
+        name = next(iter(policies))
+    if name == NULL and NULL not in policies:
+        return NullPolicy()
+    spec = policies.get(name)
+    if spec is None:
+        names = policy_names(cls)
+        choices = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
+        raise UnknownPolicy(f"{env} has no baseline policy {name!r}; choose {choices}")
+    return _instantiate(spec, field=f"{env} policy {name!r}")
+
+
+def _instantiate(spec: PolicySpec, *, field: str) -> Policy:
+    if isinstance(spec, str):
+        from envs.mcp.plugins import load_callable  # light, but only needed for string specs
+
+        factory: Callable[[], Any] = load_callable(spec, field=field)
+    else:
+        factory = spec
+    if isinstance(factory, type) and not issubclass(factory, Policy):
+        raise ValueError(f"{field}: {policy_target(spec)} is not an envs.policy.Policy subclass")  # noqa: TRY004
+    policy = factory()
+    if not isinstance(policy, Policy):
+        raise ValueError(f"{field}: {policy_target(spec)} made {type(policy).__name__}, not an envs.policy.Policy")  # noqa: TRY004
+    return policy

@@ -13,9 +13,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from envs.errors import UserError
-from envs.registry import available
+from envs.registry import env_class
 from workers import commands, exits, logs
 from workers.config import Settings
+from workers.envs_cli import add_envs_args, run_envs
 
 
 class SettingsError(UserError, ValueError):
@@ -145,6 +146,8 @@ def _codec_server_args(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 def _dataset_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`gymflow dataset generate|show`: DatasetGenerationWorkflow runs and the datasets they write."""
+    from envs.datagen.filters import FILTERS
+
     p = sub.add_parser("dataset", help="generate a dataset (corpus, traces, env generator) or show one")
     dsub = p.add_subparsers(dest="dataset_command", required=True)
     g = dsub.add_parser("generate", help="run a DatasetGenerationWorkflow with a progress bar")
@@ -162,6 +165,10 @@ def _dataset_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--eval-fraction", type=float, default=0.2)
     g.add_argument("--batch-size", type=int, default=64)
+    g.add_argument(
+        "--skip-filter", action="append", choices=sorted(FILTERS), metavar="NAME",
+        help="do not apply this filter (repeatable): " + "; ".join(f"{k}: {v}" for k, v in FILTERS.items()),
+    )  # fmt: skip
     g.add_argument("--no-worker", action="store_true", help="rely on running workers instead of an in-process one")
     g.add_argument("--json", action="store_true", help="print the result as JSON")
     s = dsub.add_parser("show", help="counts, rejections by reason and samples of a dataset")
@@ -242,9 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("policy", help="baseline policies")
     psub = p.add_subparsers(dest="policy_command", required=True)
-    serve = psub.add_parser("serve", help="serve an env's baseline policy as an OpenAI-compatible endpoint")
-    serve.add_argument("env")
-    serve.add_argument("--policy", default="default")
+    serve = psub.add_parser("serve", help="serve an env's scripted policy as an OpenAI-compatible endpoint")
+    serve.add_argument("env", help="env name or env file")
+    serve.add_argument("--policy", default="default", help="policy name (`gymflow envs show ENV`; default: the first)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
 
@@ -253,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     _deploy_args(sub)
     _dataset_args(sub)
     _train_args(sub)
-    sub.add_parser("envs", help="list the registered envs")
+    add_envs_args(sub)
     _log_args(parser)
     return parser
 
@@ -274,14 +281,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "envs":
-        for name in available():
-            print(name)
-        return 0
+        return run_envs(args)
     if args.command == "policy":
         from workers.policy_server import serve_forever
-        from workers.runner import baseline_policy
 
-        policy = baseline_policy(args.env, args.policy)
+        policy = env_class(args.env).baseline_policy(args.policy)  # UnknownPolicy / NoBaselinePolicy: UserErrors
         print(f"serving {args.env}/{policy.name} at http://{args.host}:{args.port}/v1", file=sys.stderr)
         serve_forever(policy, host=args.host, port=args.port)
         return 0

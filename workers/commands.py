@@ -77,12 +77,12 @@ def preflight(env: str) -> None:
 
 
 def check_policies(env: str, *policies: str | None) -> None:
-    """Refuse a mistyped baseline policy name (UnknownPolicyError) before anything starts."""
-    from workers.runner import baseline_policy, is_url
+    """Refuse a mistyped baseline policy name (envs.policy.UnknownPolicy) before anything starts."""
+    from workers.runner import is_url
 
     for policy in policies:
         if policy and not is_url(policy):
-            baseline_policy(env, policy)
+            env_class(env).baseline_policy(policy)
 
 
 def batch(args: argparse.Namespace, settings: Settings) -> int:
@@ -161,6 +161,7 @@ def dataset(args: argparse.Namespace, settings: Settings) -> int:
         source=args.source, n=args.n, out=args.out, env=args.env, generator=args.generator,
         model_url=args.model_url, model=args.model, judge_url=args.judge_url, seed=args.seed,
         eval_fraction=args.eval_fraction, batch_size=args.batch_size, local_worker=not args.no_worker,
+        skip_filters=tuple(args.skip_filter or ()),
     )  # fmt: skip
     try:
         result = asyncio.run(datasets.run_generate(options, settings))
@@ -170,10 +171,10 @@ def dataset(args: argparse.Namespace, settings: Settings) -> int:
     # A failed workflow (a corpus with no usable document, ...) is one line from workers.exits.
     if args.json:
         print(result.model_dump_json(indent=2))
+        for line in datasets.shortfall(result):  # stdout stays JSON
+            print(line, file=sys.stderr)
     else:
-        splits = ", ".join(f"{k} {v}" for k, v in result.splits.items())
-        print(f"{result.accepted} items ({splits}), {result.rejected} rejected: {result.uri}")
-        print(f"see them with `gymflow dataset show {result.uri}`")
+        print(datasets.format_result(result))
     return 0 if result.target_met else 1
 
 

@@ -2,6 +2,8 @@
 
 `generate` starts the workflow (and an in-process worker unless --no-worker), draws a bar from
 its `progress` query (accepted / target, rejections so far) and prints where the dataset is.
+When fewer items were accepted than asked, `shortfall` says which filters rejected most and what
+relaxes each (``--skip-filter NAME`` for the skippable ones: `envs.datagen.filters.FILTERS`).
 `show` reads a dataset URI (directory, file:// or s3://) and prints its counts, rejections by
 reason and a few rows.
 """
@@ -47,6 +49,8 @@ class GenerateOptions:
     eval_fraction: float = 0.2
     batch_size: int = 64
     local_worker: bool = True
+    skip_filters: tuple[str, ...] = ()
+    """Filters not applied (`GenerationOptions.skip_filters`): too_easy, dedup, quota."""
 
 
 def dataset_input(options: GenerateOptions) -> DatasetInput:
@@ -62,6 +66,7 @@ def dataset_input(options: GenerateOptions) -> DatasetInput:
         model=ModelConfig(base_url=options.model_url, model=options.model, temperature=0.7, max_tokens=512),
         judge=ModelConfig(base_url=options.judge_url, temperature=0.0) if options.judge_url else None,
         eval_fraction=options.eval_fraction,
+        skip_filters=list(dict.fromkeys(options.skip_filters)),
     )
     return DatasetInput(
         source=source, n=options.n, out=out, env=options.env, seed=options.seed, options=generation,
@@ -106,6 +111,60 @@ async def run_generate(options: GenerateOptions, settings: Settings, *, out: Tex
     return result
 
 
+# What relaxes each rejection (by ``stage/reason``, else by stage), for `shortfall`.
+_RELAX = {
+    "too_easy": "the answer is in the top BM25 passage for the question: keep them with --skip-filter too_easy",
+    "dedup": "near-duplicates of accepted questions: keep them with --skip-filter dedup",
+    "quota": "a question type reached its share of the target: lift the caps with --skip-filter quota",
+    "generate/no_question": "the offline generator found nothing unambiguous to ask there: a model writes more "
+    "(--generator model --model-url URL), or give more documents",
+    "generate": "the model's reply was unusable or the call failed: see rejected.jsonl for the replies",
+    "guard": "malformed or not answerable from its sources (not relaxable): see rejected.jsonl",
+    "judge": "the judge found no support in the passages, or failed: drop --judge-url to skip the check",
+    "scan": "files that could not be read as documents: see rejected.jsonl for each file and why",
+    "batch": "batches failed for good (the worker's log says why); running again retries them",
+}
+
+
+def shortfall(result: DatasetResult, *, top: int = 3) -> list[str]:
+    """Why a run accepted fewer items than it wanted: the reasons that rejected most and what
+    relaxes each; [] when the target was met.
+
+    Args:
+        result: The run's result.
+        top: Reasons listed at most.
+    """
+    if result.target_met:
+        return []
+    return explain(result.accepted, result.target, result.rejections, top=top)
+
+
+def explain(accepted: int, target: int, rejections: dict[str, int], *, top: int = 3) -> list[str]:
+    """`shortfall`'s lines from the counts (a result's, or a manifest's)."""
+    reasons = sorted(
+        ((n, key) for key, n in rejections.items() if not key.startswith("target/")), key=lambda kv: -kv[0]
+    )
+    wanted = f" of the {target} wanted" if target else ""
+    lines = [f"accepted {accepted}{wanted}: the source ran out of candidates. Most rejections:"]
+    lines += [f"  {count:>6}  {key}: {relax(key)}" for count, key in reasons[:top]]
+    if not reasons:
+        lines.append("  none: the source holds fewer candidates than that (more documents, or --n lower)")
+    return lines
+
+
+def relax(reason: str) -> str:
+    """What a ``stage/reason`` rejection means and what relaxes it."""
+    return _RELAX.get(reason) or _RELAX.get(reason.split("/", 1)[0], "see rejected.jsonl")
+
+
+def format_result(result: DatasetResult) -> str:
+    """`generate`'s summary for people: where the dataset is, and any shortfall explained."""
+    splits = ", ".join(f"{k} {v}" for k, v in result.splits.items())
+    lines = [f"{result.accepted} items ({splits}), {result.rejected} rejected: {result.uri}", *shortfall(result)]
+    lines.append(f"see them with `gymflow dataset show {result.uri}`")
+    return "\n".join(lines)
+
+
 def show(uri: str, *, samples: int = 3) -> dict[str, Any]:
     """A dataset's manifest summary and a few rows of each split."""
     from envs.search.data import read_uri
@@ -142,9 +201,10 @@ def format_show(summary: dict[str, Any]) -> str:
         f"candidates {summary['counts'].get('candidates', 0)}, processed {summary['counts'].get('processed', 0)}, "
         f"rejected {summary['counts'].get('rejected', 0)}:",
     ]
-    lines += [
-        f"  {count:>6}  {reason}" for reason, count in sorted(summary["rejections"].items(), key=lambda kv: -kv[1])
-    ]
+    for reason, count in sorted(summary["rejections"].items(), key=lambda kv: -kv[1]):
+        # Short of the target: what relaxes each reason, as the generate command said.
+        hint = "" if summary["target_met"] or reason.startswith("target/") else f": {relax(reason)}"
+        lines.append(f"  {count:>6}  {reason}{hint}")
     for split, rows in summary["samples"].items():
         lines.append(f"samples ({split}):")
         for row in rows:

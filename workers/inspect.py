@@ -99,11 +99,14 @@ async def _text(client: Client, payload: Payload | None) -> str:
 
 
 def _failure_text(failure: Any) -> str:
-    parts = []
+    """A failure and its causes, `outer: inner`; a cause the message before it already quotes (an
+    activity's error wrapping an env's InfraError) is said once."""
+    parts: list[str] = []
     while failure is not None and failure.ByteSize():
-        parts.append(failure.message)
+        if failure.message and not (parts and failure.message in parts[-1]):
+            parts.append(failure.message)
         failure = failure.cause if failure.HasField("cause") else None
-    return ": ".join(p for p in parts if p)
+    return ": ".join(parts)
 
 
 def _turn(activity: str, input: Any) -> dict[str, Any] | None:

@@ -16,6 +16,10 @@ extra (that logger is replay-safe: it is silent while a workflow replays, and th
 no I/O inside the sandbox — it writes through the host's handler). `node` and `env` are bound
 with structlog contextvars by the worker and the env activities.
 
+Third-party loggers stay at the level the command runs at (WARNING; INFO with ``-v``) whatever
+level a library sets on its own logger (bm25s sets DEBUG when imported): `ThirdPartyLevel` on the
+handler drops their records below it. gymflow's own loggers keep the levels set on them.
+
 Expected activity endings (a cancelled attempt: heartbeat or start-to-close timeout, a cancelled
 rollout) are one line without traceback (`ExpectedEndings`); unexpected errors keep theirs.
 """
@@ -46,6 +50,8 @@ _TEMPORAL_EXTRAS = frozenset(
 )
 
 _HANDLER_MARK = "_gymflow_handler"
+OWN_LOGGERS = frozenset({"envs", "activities", "workflows", "workers", "deploy", "bench", "gymflow", "__main__"})
+"""Top-level logger names of gymflow's own code: every other logger is a third party's."""
 
 
 @functools.cache
@@ -157,6 +163,21 @@ class ExpectedEndings(logging.Filter):
         return True
 
 
+class ThirdPartyLevel(logging.Filter):
+    """A third party's record passes at `level` or above only, whatever level its logger has.
+
+    Args:
+        level: The level the process logs at (the root logger's).
+    """
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= self.level or record.name.split(".", 1)[0] in OWN_LOGGERS
+
+
 # Tracebacks as data, without frame locals (they may hold keys or whole conversations).
 _JSON_TRACEBACKS = structlog.processors.ExceptionRenderer(
     structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
@@ -203,6 +224,7 @@ def configure(*, fmt: LogFormat = "auto", level: int = logging.WARNING, stream: 
     handler = logging.StreamHandler(stream)
     handler.setFormatter(formatter)
     handler.addFilter(ExpectedEndings())
+    handler.addFilter(ThirdPartyLevel(level))
     setattr(handler, _HANDLER_MARK, True)
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, _HANDLER_MARK, False)]:

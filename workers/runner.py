@@ -20,8 +20,6 @@ from temporalio.client import Client
 
 from activities.model import ModelConfig
 from envs.contract import Task
-from envs.errors import UnknownPolicyError, UserError
-from envs.policy import Policy
 from envs.registry import env_class
 from envs.tokens import TokenDataError
 from workers import client as sdk
@@ -117,31 +115,13 @@ def is_url(policy: str) -> bool:
     return policy.startswith(("http://", "https://"))
 
 
-def baseline_policy(env: str, name: str) -> Policy:
-    """`env`'s baseline policy `name`.
-
-    Raises:
-        UnknownPolicyError: The env has no policy of that name (the message lists those it has)
-            or none at all (the message says to serve a model instead).
-    """
-    try:
-        return env_class(env).baseline_policy(name)
-    except UserError:
-        raise
-    except ValueError as exc:  # the built-in envs: "math has no baseline policy 'x'; choose ..."
-        raise UnknownPolicyError(str(exc)) from None
-    except NotImplementedError as exc:  # an env without baseline policies
-        hint = "serve a model and pass its URL (--model-url, or eval's --policy URL)"
-        raise UnknownPolicyError(f"{exc}: {hint}") from None
-
-
 @contextlib.asynccontextmanager
 async def endpoint(env: str, policy: str) -> AsyncIterator[str]:
     """The chat endpoint of `policy`: itself if it is a URL, else the env's named baseline served locally."""
     if is_url(policy):
         yield policy
         return
-    async with PolicyServer(baseline_policy(env, policy), host="127.0.0.1", port=0) as server:
+    async with PolicyServer(env_class(env).baseline_policy(policy), host="127.0.0.1", port=0) as server:
         yield server.url
 
 

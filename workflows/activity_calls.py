@@ -1,4 +1,4 @@
-"""Workflow-side helpers for activity calls: cancellation, failure classification, summaries.
+"""Workflow-side helpers for activity calls: cancellation and failure classification.
 
 Pure and deterministic (safe inside the workflow sandbox); shared by every workflow that runs
 rollout activities.
@@ -7,7 +7,6 @@ rollout activities.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -24,7 +23,6 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from activities import errors
-    from envs.contract import ToolCall
 
 T = TypeVar("T")
 
@@ -87,9 +85,3 @@ def describe(exc: ActivityError) -> str:
     if isinstance(cause, TimeoutError) and cause.type is not None:
         detail = f"{cause.type.name.lower()} timeout"
     return f"{exc.activity_type}: {detail}"
-
-
-def call_summary(call: ToolCall, limit: int = 120) -> str:
-    args = ", ".join(f"{k}={json.dumps(v, default=str)}" for k, v in call.arguments.items())
-    text = f"{call.name}({args})"
-    return text if len(text) <= limit else text[: limit - 3] + "..."

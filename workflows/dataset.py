@@ -53,6 +53,8 @@ MERGE_TIMEOUT = timedelta(minutes=30)
 EXTRA_ATTEMPTS = 5
 """Attempts of a batch beyond `call_attempts`, for infrastructure failures (a worker killed, storage
 unreachable): a model call is still tried at most `call_attempts` times."""
+EXACT = 1.0
+"""The dedup threshold when near-duplicates are let through: identical questions are still dropped."""
 STEP_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=30),
@@ -168,7 +170,7 @@ class DatasetGenerationWorkflow:
                 counts={"candidates": scan.plan_size, "processed": state.processed, "accepted": state.accepted,
                         "rejected": sum(state.rejections.values())},
                 rejections=state.rejections, accepted_by_type=state.accepted_by_type,
-                created_at=workflow.now().isoformat(),
+                created_at=workflow.now().isoformat(), eval_fraction=input.options.eval_fraction,
             ),
             MERGE_TIMEOUT, f"write dataset ({state.accepted} items)",
         )  # fmt: skip
@@ -179,6 +181,7 @@ class DatasetGenerationWorkflow:
             env=input.env_name(),
             accepted=state.accepted,
             target_met=state.accepted >= input.n,
+            target=input.n,
             splits=final.splits,
             rejected=sum(state.rejections.values()),
             rejections=dict(state.rejections),
@@ -239,7 +242,8 @@ class DatasetGenerationWorkflow:
                 batch_uri=None if isinstance(generated, str) else generated.uri,
                 failed=generated if isinstance(generated, str) else "", failed_candidates=candidates if failed else 0,
                 target=input.n, accepted=state.accepted, accepted_by_type=state.accepted_by_type,
-                caps=quota_caps(input.options.quotas, input.n), dedup_threshold=input.options.dedup_threshold,
+                caps=quota_caps(input.options.quotas, input.n) if input.options.applies("quota") else {},
+                dedup_threshold=input.options.dedup_threshold if input.options.applies("dedup") else EXACT,
             ),
             MERGE_TIMEOUT, f"merge batch {index}",
         )  # fmt: skip

@@ -24,7 +24,9 @@ tool calls, and for a final answer the reward and the release — so a rollout o
 n + 2 activities instead of 2n + 3. A retry re-runs the whole turn, hence stateless envs only.
 A fused turn sends its node only the messages the node does not hold yet, and after the first turn
 neither the model settings, the tools nor the task (activities.context_cache); a node that refuses
-such a turn as invalid input (a worker older than this code) gets the rollout's turns whole.
+such a turn as invalid input (a worker older than this code) gets the rollout's turns whole. A fused
+turn carries no summary: its calls are decided inside it, so it heads its result with them for the
+Web UI (`PlayTurnInput.call_lines`), and a node too old to read that request gets turns without it.
 Starters (the SDK, parent workflows) set the initial search attributes and memo, so the workflow
 upserts only what is missing. All three sit behind the `ROLLOUT_PLAN_2` patch: histories written
 before it replay on the old plan. Starters that declare the plan in the memo (`names.MEMO_PLAN`) need
@@ -65,6 +67,9 @@ attribute existed replay without it)."""
 MAX_TIMED_CALLS = 16
 """A fused turn's start-to-close allows this many tool calls' timeouts at most (each call has its
 own timeout inside; the heartbeat notices a lost node within seconds)."""
+CALL_LINES_PATCH = "play-turn-call-lines"
+"""Patch id, checked only when a node refuses a whole fused turn: the turn goes again without asking
+for call lines instead of ending the rollout (histories written before replay as they ended)."""
 MODEL_HEARTBEAT = timedelta(seconds=10)
 """Generations heartbeat every ~3 s once they have run that long (activities.model): quick turns
 never send one, and a worker killed mid-generation is noticed within this."""
@@ -93,6 +98,10 @@ class RolloutWorkflow:
         """(state key, what of the conversation its node holds): fused turns send only the rest."""
         self._whole_turns = False
         """A node refused a turn sent as a delta (a worker older than this code): send turns whole."""
+        self._call_lines = True
+        """Fused turns ask for call lines; off once a node refused the request (older than it)."""
+        self._call_lines_read_at: str | None = None
+        """The state key of the rollout whose node took a turn that asked for call lines."""
 
     @workflow.query
     def progress(self) -> dict[str, int]:
@@ -305,6 +314,7 @@ class RolloutWorkflow:
                     max_tool_calls=limits.max_tool_calls,
                     reward_task=input.task if cached is None else None,  # the node holds it with the rest
                     room_bytes=room,
+                    call_lines=self._call_lines,
                 ),
                 task_queue=handle.node_queue,
                 schedule_to_start_timeout=timedelta(seconds=input.retry.node_timeout_s),
@@ -321,9 +331,9 @@ class RolloutWorkflow:
                         *NODE_ERRORS,
                     ],
                 ),
-                # No summary: the SDK visits each payload of a workflow task (the summary is one)
-                # through the sandbox; on this path that was 0.5 ms of every turn (README, Benchmarks).
-                # The Web UI names it play_turn; its result starts with the turn's tool results.
+                # No summary: it could not name the calls (the model has not answered yet), and the Web
+                # UI's compact view shows a result's head only for activities without one. The result
+                # starts with the call lines instead (activities.turn).
             )
         except ActivityError as exc:
             if node_lost(exc):
@@ -336,11 +346,23 @@ class RolloutWorkflow:
                 # turn deltas: this rollout's turns go whole from now on, as every version reads them.
                 self._whole_turns = True
                 return await self._fused_turn(handle)
+            if (
+                cached is None
+                and self._call_lines
+                and self._call_lines_read_at != handle.state_key
+                and error_type(exc) == errors.INVALID_INPUT
+                and workflow.patched(CALL_LINES_PATCH)
+            ):
+                # A node older than call lines refuses the request: this rollout's turns go without it.
+                self._call_lines = False
+                return await self._fused_turn(handle)
             if error_type(exc) == errors.CONTEXT_LENGTH:
                 raise _Stop(TerminationReason.CONTEXT_BUDGET) from exc
             if error_type(exc) == errors.ENV_CONFIG:
                 raise _Stop(TerminationReason.ENV_ERROR, describe(exc)) from exc
             raise _Stop(TerminationReason.MODEL_ERROR, describe(exc)) from exc
+        if self._call_lines:
+            self._call_lines_read_at = handle.state_key  # this node reads the request: never refused for it
         # The node now holds the conversation with this reply, which the agent loop appends as is
         # (or ends the rollout); the next turn sends only the tool results after it.
         token = result.context_token

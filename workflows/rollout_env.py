@@ -35,9 +35,9 @@ with workflow.unsafe.imports_passed_through():
         ReleaseInput,
         RolloutHandle,
     )
-    from activities.turn import refusal
+    from activities.turn import named_call, refusal
     from envs.contract import Message, Reward, Task, TerminationReason, ToolCall, ToolResult
-    from workflows.activity_calls import call_summary, describe, error_type, execute, node_lost, timed_out
+    from workflows.activity_calls import describe, error_type, execute, node_lost, timed_out
     from workflows.schema import RetrySettings, RolloutLimits
 
 T = TypeVar("T")
@@ -208,7 +208,6 @@ class RolloutEnv:
 
     async def call_tool(self, handle: RolloutHandle, call: ToolCall, *, replay: bool = False) -> ToolResult:
         limits = self.limits
-        server = next((t.server for t in handle.tools if t.name == call.name), None)
         return await execute(
             EnvActivities.call_tool,
             CallToolInput(
@@ -223,7 +222,7 @@ class RolloutEnv:
             start_to_close_timeout=timedelta(seconds=limits.tool_timeout_s + 30) + ADMISSION_WAIT,
             heartbeat_timeout=ENV_HEARTBEAT,
             retry_policy=self.env_retry(),
-            summary=("replay " if replay else "") + (f"{server}." if server else "") + call_summary(call),
+            summary=("replay " if replay else "") + named_call(call, handle.tools),
         )
 
     # -- reward ------------------------------------------------------------------------------

@@ -312,6 +312,8 @@ class DatasetResult(Wire):
     env: str
     accepted: int
     target_met: bool
+    target: int = 0
+    """Accepted items wanted (the input's `n`; 0 from runs before this field)."""
     splits: dict[str, int]
     rejected: int
     rejections: dict[str, int]

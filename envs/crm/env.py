@@ -34,7 +34,6 @@ from envs.crm.spec import REFUSAL
 from envs.crm.tasks import generate_tasks
 from envs.mcp import workspace as ws
 from envs.mcp.env import McpEnv
-from envs.policy import NullPolicy, Policy
 
 SYSTEM_PROMPT = f"""You are a CRM analyst assistant with read-only access to the company's CRM database \
 (accounts, contacts, support agents, products, orders, support cases, knowledge articles and chat \
@@ -63,6 +62,7 @@ class CrmEnv(McpEnv):
     stateless = True  # read-only tools: a lost rollout just gets a fresh copy and server
     fused_turns = True  # tool calls may re-run: one activity per turn (activities.turn)
     mcp_servers = {"crm": {"command": "python", "args": ["-m", SERVER_MODULE, "--db", DB_NAME]}}
+    policies = {"reference": "envs.crm.policy:ReferencePolicy"}  # answers every generated task through the tools
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -119,14 +119,3 @@ class CrmEnv(McpEnv):
         if name != "generated":
             raise ValueError(f"crm has only the 'generated' dataset, not {name!r}")
         return generate_tasks(int(kwargs.get("n", 24)), seed=int(kwargs.get("seed", 0)))
-
-    @classmethod
-    def baseline_policy(cls, name: str = "default") -> Policy:
-        """``reference`` (default: answers every generated task through the tools) or ``null``."""
-        if name in {"default", "reference"}:
-            from envs.crm.policy import ReferencePolicy
-
-            return ReferencePolicy()
-        if name == "null":
-            return NullPolicy()
-        raise ValueError(f"crm has no baseline policy {name!r}; choose reference or null")

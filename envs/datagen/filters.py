@@ -12,6 +12,10 @@
   reach `threshold`). Hashes are blake2b of the shingles and a seeded universal family, never
   Python's salted `hash`, so the same questions give the same decisions in every process.
 * `quota_caps`: the most items of each type a dataset of n may hold.
+
+Three of them can be skipped (`FILTERS`, ``--skip-filter NAME``): too-easy, near-duplicates
+(exact duplicates are still dropped) and quotas. The guards cannot: a question they reject is
+malformed or not answerable from its sources, not merely easy or similar.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import hashlib
 import math
 import re
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 from pydantic import Field
@@ -36,7 +41,15 @@ _SELF_REFERENCE_RE = re.compile(
     r"the (text|passage|document|excerpt) (says|states|mentions)|mentioned (above|in the text))\b",
     re.IGNORECASE,
 )
-EXTRACTIVE_TYPES = frozenset({"extractive", "cloze", "multi_hop"})
+EXTRACTIVE_TYPES = frozenset({"extractive", "cloze", "multi_hop", "comparison", "paraphrase"})
+
+FilterName = Literal["too_easy", "dedup", "quota"]
+FILTERS: dict[FilterName, str] = {
+    "too_easy": "rejects questions whose answer is in the top-1 BM25 passage for the question",
+    "dedup": "rejects near-duplicate questions (identical ones are dropped all the same)",
+    "quota": "caps each question type at its share of the target",
+}
+"""The filters a run may skip, and what each does."""
 
 
 class GuardConfig(Wire):

@@ -77,6 +77,9 @@ class Manifest(Wire):
     rejected: str = REJECTED
     data_files: dict[str, str] = Field(default_factory=dict)
     """Split -> Parquet file, as `datasets.load_dataset("parquet", data_files=...)` takes them."""
+    moved_rows: int = 0
+    """Rows moved from the split of their documents to the other one, which had no row
+    (`envs.datagen.plan.fill_empty_split`)."""
 
 
 def to_jsonl(items: Iterable[BaseModel]) -> bytes:

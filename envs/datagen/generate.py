@@ -5,16 +5,20 @@ A `Candidate` names what to generate (a type and its source passages); generatin
 model calls themselves are the dataset activity's (`activities.dataset`).
 
 The offline generator needs no model. It finds answer spans (years, numbers, capitalised names)
-in a passage's sentences and writes:
+in a passage's sentences, the subject named where a pronoun or ``the town`` stood
+(`envs.datagen.text`), and writes:
 
 * ``extractive``: the sentence as a question, the span replaced by a wh-phrase in place
-  (``Varnholt was founded in what year?``); a leading pronoun becomes the document's title;
+  (``Varnholt was founded in what year?``);
 * ``cloze``: ``Fill in the blank: ...`` with the span blanked;
-* ``multi_hop``: a bridge question over two passages of different documents. Passage A mentions
-  a name E; passage B (of the document about E) relates E to an answer X. The question quotes A
-  with E blanked and asks for what B says about it, so finding X needs A first, then B:
-  ``Take the name that fills the blank in "Varnholt was founded in 1742 by ____." That one was
-  born in what place?``
+* ``multi_hop``, ``comparison``, ``paraphrase``: questions over two passages that a single
+  lexical search does not settle (`envs.datagen.hops`).
+
+A single-passage question must have one answer in the corpus: a sentence that does not name its
+subject (``A market is held every Monday.``) is asked about it (``About Varnholt: A market is held
+every what?``), a blank that another document's sentence has too is not asked, and the subject
+itself is asked for only when the rest of the sentence holds a name or number no other document
+has (``Barges reach ____ by way of the Tamber Canal.`` fits every town on that canal).
 
 Which sentence and span a candidate uses is a function of its id and `variant`, so generation is
 reproducible. The same wording rules apply to the model path's output through the guards
@@ -23,29 +27,25 @@ reproducible. The same wording rules apply to the model path's output through th
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import Field
 
 from envs.contract import Wire
+from envs.datagen import hops
 from envs.datagen.corpus import Chunk, Rejection, reject
+from envs.datagen.text import CorpusContext, as_question, facts, pick, title_of, wh
 from envs.rewards.lenient_json import LenientJSONError, json_candidates, loads_lenient
 
-QuestionType = Literal["extractive", "cloze", "multi_hop"]
-QUESTION_TYPES: tuple[QuestionType, ...] = ("extractive", "cloze", "multi_hop")
+QuestionType = Literal["extractive", "cloze", "multi_hop", "comparison", "paraphrase"]
+QUESTION_TYPES: tuple[QuestionType, ...] = ("extractive", "cloze", "multi_hop", "comparison", "paraphrase")
 MODEL_TYPES: tuple[QuestionType, ...] = ("extractive", "multi_hop")
 """Types the model path asks for (a cloze is the offline generator's own form)."""
+PAIR_TYPES: frozenset[str] = frozenset({"multi_hop", "comparison"})
+"""Types whose candidates join passages of two documents."""
 
 CLOZE_PREFIX = "Fill in the blank: "
-_SENTENCE_RE = re.compile(r"[^.!?\n]+(?:[.!?]+|$)")
-_YEAR_RE = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
-_NUMBER_RE = re.compile(r"\b\d[\d,]*(?:\.\d+)?\b")
-_NAME_RE = re.compile(r"\b[A-Z][\w'-]+(?:\s+(?:of\s+|de\s+|the\s+|van\s+)?[A-Z][\w'-]+)*")
-_PRONOUN_RE = re.compile(r"^(It|He|She|They|This|Its|His|Her|Their)\b")
-_LEAD_WORDS = frozenset({"The", "A", "An", "In", "On", "At", "By", "For", "From", "During", "After", "Before", "Since"})
 
 
 class Candidate(Wire):
@@ -54,7 +54,7 @@ class Candidate(Wire):
     id: str
     type: QuestionType
     chunk_ids: list[str]
-    """Source passages: one, or the anchor and its partner for multi_hop."""
+    """Source passages: one, or the anchor and its partner for two-passage types."""
     doc_ids: list[str]
     split: str
     variant: int = 0
@@ -76,114 +76,58 @@ class Draft(Wire):
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
-def sentences(chunk: Chunk) -> list[str]:
-    """Sentences of a passage (its heading line left out) of at least four words."""
-    body = chunk.text.split("\n", 1)[1] if chunk.heading and "\n" in chunk.text else chunk.text
-    return [s.strip() for s in _SENTENCE_RE.findall(body) if len(s.split()) >= 4]
-
-
-def answer_spans(sentence: str) -> list[tuple[int, int, str]]:
-    """(start, end, kind) of answer candidates in a sentence: years, numbers, names."""
-    spans: list[tuple[int, int, str]] = [(m.start(), m.end(), "year") for m in _YEAR_RE.finditer(sentence)]
-    taken = [(s, e) for s, e, _ in spans]
-    for m in _NUMBER_RE.finditer(sentence):
-        if not any(s <= m.start() < e for s, e in taken):
-            spans.append((m.start(), m.end(), "number"))
-    for m in _NAME_RE.finditer(sentence):
-        start, text = m.start(), m.group(0)
-        first, _, rest = text.partition(" ")
-        if first in _LEAD_WORDS or (start == 0 and not rest):
-            if not rest:
-                continue
-            start, text = start + len(first) + 1, rest
-        if start == 0 or _PRONOUN_RE.match(text):
-            continue
-        spans.append((start, start + len(text), "name"))
-    return sorted(spans)
-
-
-def _wh(kind: str) -> str:
-    return {"year": "what year", "number": "how many"}.get(kind, "what")
-
-
-def _resolve_pronoun(sentence: str, title: str) -> str:
-    match = _PRONOUN_RE.match(sentence)
-    if not match or not title:
-        return sentence
-    word = match.group(1)
-    name = f"{title}'s" if word in {"Its", "His", "Her", "Their"} else title
-    return name + sentence[match.end() :]
-
-
-def _as_question(text: str) -> str:
-    text = text.strip().rstrip(".!?;:, ")
-    return text[:1].upper() + text[1:] + "?"
-
-
-def _pick(items: Sequence[Any], key: str, variant: int) -> Any:
-    """The `variant`-th item of a seeded (by `key`) order of `items`."""
-    order = sorted(range(len(items)), key=lambda i: hashlib.sha256(f"{key}:{i}".encode()).digest())
-    return items[order[variant % len(items)]]
-
-
-def _title_of(chunk: Chunk) -> str:
-    return chunk.heading.split(" > ")[0] if chunk.heading else ""
-
-
-def offline_draft(candidate: Candidate, chunks: Sequence[Chunk]) -> Draft | Rejection:
+def offline_draft(
+    candidate: Candidate, chunks: Sequence[Chunk], context: CorpusContext | None = None
+) -> Draft | Rejection:
     """Generate `candidate` without a model (see the module docstring).
 
     Args:
         candidate: What to generate.
         chunks: Its source passages, in `candidate.chunk_ids` order.
+        context: The corpus (`CorpusContext` of every passage); None: only `chunks` are known, so
+            ambiguity with other documents goes unnoticed.
     """
-    if candidate.type == "multi_hop":
-        return _bridge(candidate, chunks[0], chunks[1]) if len(chunks) == 2 else _none(candidate, "no partner")
-    anchor = chunks[0]
-    options = []
-    for sentence in sentences(anchor):
-        resolved = _resolve_pronoun(sentence, _title_of(anchor))
-        options += [(resolved, span) for span in answer_spans(resolved)]
-    if not options:
-        return _none(candidate, "no sentence with an answer span")
-    sentence, (start, end, kind) = _pick(options, candidate.id, candidate.variant)
-    answer = sentence[start:end]
-    if candidate.type == "cloze":
-        question = CLOZE_PREFIX + sentence[:start] + "____" + sentence[end:]
+    context = context or CorpusContext.of(chunks)
+    key, variant = candidate.id, candidate.variant
+    written: hops.Written
+    if candidate.type in PAIR_TYPES:
+        if len(chunks) != 2:
+            return _none(candidate, "no partner")
+        writer = hops.bridge if candidate.type == "multi_hop" else hops.comparison
+        written = writer(chunks[0], chunks[1], context, key=key, variant=variant)
+    elif candidate.type == "paraphrase":
+        written = hops.paraphrase(chunks, context, key=key, variant=variant)
     else:
-        question = _as_question(sentence[:start] + _wh(kind) + sentence[end:])
-    return _draft(candidate, question, answer)
+        written = _single(candidate, chunks[0], context)
+    if isinstance(written, str):
+        return _none(candidate, written)
+    return _draft(candidate, *written)
 
 
-def _bridge(candidate: Candidate, a: Chunk, b: Chunk) -> Draft | Rejection:
-    title_b = _title_of(b)
+def _single(candidate: Candidate, chunk: Chunk, context: CorpusContext) -> hops.Written:
+    """An ``extractive`` or ``cloze`` question from one passage."""
+    title = title_of(chunk)
     options = []
-    for s_b in sentences(b):
-        resolved = _resolve_pronoun(s_b, title_b)
-        for name in _bridge_names(resolved, title_b):
-            at = resolved.find(name)
-            for start, end, kind in answer_spans(resolved):
-                gap = resolved[at + len(name) : start]
-                if start > at + len(name) and 2 <= len(gap.split()) <= 6 and not re.search(r"[,;:]", gap):
-                    options.append((name, gap.strip(), resolved[start:end], kind))
-    bridges = []
-    for name, relation, answer, kind in options:
-        for s_a in (_resolve_pronoun(s, _title_of(a)) for s in sentences(a)):
-            if name in s_a and answer not in s_a:
-                bridges.append((s_a.replace(name, "____", 1), relation, answer, kind))
-    if not bridges:
-        return _none(candidate, "no bridge between the passages")
-    s_a_blank, relation, answer, kind = _pick(bridges, candidate.id, candidate.variant)
-    joiner = "" if relation.startswith("'s") else " "
-    question = f'Take the name that fills the blank in "{s_a_blank}" That one{joiner}{relation} {_wh(kind)}?'
-    return _draft(candidate, question, answer)
-
-
-def _bridge_names(sentence: str, title: str) -> list[str]:
-    names = [sentence[s:e] for s, e, kind in answer_spans(sentence) if kind == "name"]
-    if title and title in sentence and title not in names:
-        names.insert(0, title)
-    return names
+    for fact in facts(chunk, context.nouns_of(chunk)):
+        asks_subject = fact.subject_at >= 0 and fact.start <= fact.subject_at < fact.end
+        if asks_subject:  # only if the rest of the sentence fits no other document, even reworded
+            if context.unique(fact.blanked(), chunk.doc_id) and context.identifies(fact.blanked(), [chunk.doc_id]):
+                options.append((fact, ""))
+        elif title and fact.subject_at < 0:
+            options.append((fact, title))  # the sentence does not say what it is about: the question does
+        elif context.unique(fact.blanked(), chunk.doc_id):
+            options.append((fact, ""))
+    if not options:
+        return "no sentence with an unambiguous answer span"
+    fact, about = pick(options, candidate.id, candidate.variant)
+    sentence, start, end = fact.sentence, fact.start, fact.end
+    if candidate.type == "cloze":
+        prefix = f"Fill in the blank about {about}: " if about else CLOZE_PREFIX
+        return prefix + sentence[:start] + "____" + sentence[end:], fact.answer
+    question = as_question(sentence[:start] + wh(fact.kind) + sentence[end:])
+    if about:
+        question = f"About {about}: {question}"
+    return question, fact.answer
 
 
 def _draft(candidate: Candidate, question: str, answer: str, *, generator: str = "offline") -> Draft:
@@ -218,6 +162,14 @@ _TYPE_INSTRUCTIONS = {
     "multi_hop": (
         "Write one question that needs both passages: it must mention something from passage 1 "
         "and be answered by a fact in passage 2 that passage 1 does not contain."
+    ),
+    "comparison": (
+        "Write one question that compares a value (a year or a number) both passages state about "
+        "their subjects; its answer is one of the two values, copied exactly."
+    ),
+    "paraphrase": (
+        "Write one question answered by a fact in the passage, worded without the words of the "
+        "sentence that states it: name its subject by another fact about it, not by its name."
     ),
 }
 

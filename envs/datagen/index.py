@@ -17,8 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-logging.getLogger("bm25s").setLevel(logging.WARNING)  # its DEBUG lines would fill every worker's log
-
 
 @dataclass(frozen=True)
 class Hit:
@@ -38,6 +36,9 @@ class Bm25Index:
     def __init__(self, texts: Sequence[str]) -> None:
         import bm25s
 
+        # bm25s sets its logger to DEBUG when imported ("Building index from IDs objects" on every
+        # index): back to the level the process configured, as every other library's.
+        logging.getLogger("bm25s").setLevel(logging.NOTSET)
         self.size = len(texts)
         self._bm25s = bm25s
         self._retriever = bm25s.BM25(k1=1.5, b=0.75)

@@ -16,6 +16,7 @@ class UnitsEnv(McpEnv):
     fused_turns = True  # tool calls may re-run: one activity per turn (activities.turn)
     # Any MCP server works here, by config alone (the `mcpServers` format of Claude Desktop).
     mcp_servers = {"calculator": {"command": "python", "args": ["-m", "envs.math.servers.calculator"]}}
+    policies = {"reference": "envs.examples.units_policy:ConvertPolicy"}  # `gymflow eval units`, no model
 
     async def compute_reward(
         self, rollout_id: str, completion: list[Message], ground_truth: Any, **kwargs: Any

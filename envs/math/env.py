@@ -10,7 +10,6 @@ from envs.contract import Message, Reward, Task
 from envs.math.data import generate_tasks, load_jsonl
 from envs.math.rewards import answer_reward
 from envs.mcp.env import McpEnv
-from envs.policy import NullPolicy, Policy
 
 SYSTEM_PROMPT = (
     "You are a careful math assistant. Use the calculator tools for every arithmetic step; "
@@ -27,6 +26,11 @@ class MathEnv(McpEnv):
     stateless = True  # the calculator keeps no state: a lost rollout just gets a fresh server
     fused_turns = True  # tool calls may re-run: one activity per turn (activities.turn)
     mcp_servers = {"calculator": {"command": "python", "args": ["-m", "envs.math.servers.calculator"]}}
+    policies = {
+        "calculator": "envs.math.policy:CalculatorPolicy",  # solves generated tasks with the tools
+        "reference": "envs.math.policy:CalculatorPolicy",
+        "softmax": "envs.math.learned:SoftmaxPolicy",  # the learnable policy at its start: the trainer's baseline
+    }
 
     async def compute_reward(
         self, rollout_id: str, completion: list[Message], ground_truth: Any, **kwargs: Any
@@ -52,19 +56,3 @@ class MathEnv(McpEnv):
                 ground_truth=example.get("answer"),
             )
         return super().dataset_preprocess(example, **kwargs)
-
-    @classmethod
-    def baseline_policy(cls, name: str = "default") -> Policy:
-        """`calculator` (default; solves generated tasks with the tools), `softmax` (the learnable
-        policy of envs.math.learned at its starting parameters: the reference trainer's baseline) or `null`."""
-        if name in {"default", "calculator"}:
-            from envs.math.policy import CalculatorPolicy
-
-            return CalculatorPolicy()
-        if name == "softmax":
-            from envs.math.learned import SoftmaxPolicy
-
-            return SoftmaxPolicy()
-        if name == "null":
-            return NullPolicy()
-        raise ValueError(f"math has no baseline policy {name!r}; choose calculator, softmax or null")

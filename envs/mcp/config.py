@@ -20,6 +20,7 @@ from __future__ import annotations
 import ipaddress
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -50,7 +51,8 @@ class McpServerConfig(Wire):
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment variables for the server process (placeholders substituted)."""
     cwd: str | None = None
-    """Working directory; default is the rollout's workspace, so relative paths stay inside it."""
+    """Working directory (`{workspace}` substituted); default is the rollout's workspace, so
+    relative paths stay inside it."""
     url: str | None = None
     """Streamable-HTTP endpoint: a fixed server, or with `command` a per-rollout one (`{port}`)."""
     allowed_tools: list[str] | None = None
@@ -122,6 +124,10 @@ class McpServerConfig(Wire):
 
         env = {k: fill(v) for k, v in self.env.items()}
         return [fill(a) for a in self.args], env | ({TOKEN_ENV: token} if token is not None else {})
+
+    def working_dir(self, workspace: Path) -> Path:
+        """Where the server process runs: `cwd` with `{workspace}` filled in, else the workspace."""
+        return Path(self.cwd.replace(WORKSPACE, str(workspace))) if self.cwd else workspace
 
     def timeout_for(self, tool: str) -> float:
         """Time limit for one call of `tool`."""

@@ -30,7 +30,7 @@ from envs.contract import BaseEnv, InfraError, Message, Reward, RolloutNotFound,
 from envs.mcp import workspace as ws
 from envs.mcp.config import McpServerConfig, parse_servers
 from envs.mcp.content import Parser, load_parser
-from envs.mcp.instance import ServerSet, ServerSetFactory
+from envs.mcp.instance import ServerSet, ServerSetFactory, public_names
 from envs.mcp.ledger import LEDGER_DIR, Ledger
 from envs.mcp.library_reward import DEFAULT_REWARD
 from envs.mcp.pool import WarmPool
@@ -103,6 +103,18 @@ class McpEnv(BaseEnv):
         if quota < 1:
             raise ValueError(f"workspace_quota_mb must be at least 1, got {quota}")
         return quota
+
+    @classmethod
+    def declared_tools(cls) -> list[str] | None:
+        """The tools' model-facing names when every server of `mcp_servers` names its `allowed_tools`
+        (listings need not start anything), else None: only the running servers can tell."""
+        try:
+            servers = parse_servers(cls.mcp_servers)
+        except ValueError:
+            return None
+        if any(config.allowed_tools is None for config in servers.values()):
+            return None
+        return list(public_names({name: config.allowed_tools or [] for name, config in servers.items()}))
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], **kwargs: Any) -> McpEnv:

@@ -3,6 +3,8 @@
     # env.yaml — `gymflow rollout env.yaml`, `McpEnv.from_file("env.yaml")`
     mcpServers:                       # Claude Desktop / benchmax mcp_config.yaml format
       calculator: {command: mcp-server-calculator}
+      letters: {command: python, args: [letters_server.py]}   # a server file next to env.yaml
+    description: Arithmetic with a calculator server.   # one line for `gymflow envs`
     system_prompt: Use the calculator. End with <answer>N</answer>.
     reward: reward_fn.py:reward       # or module:function, or a list of them (summed)
     # reward: {fn: math_equivalent, extract: answer_tag}   # or the reward library (library_reward)
@@ -13,6 +15,8 @@
     workspace:                        # every workspace, before its servers start
       files: {data.db: seed/data.db}  # workspace path: source (file or directory)
       setup: git init -q              # run in the workspace (sh -c), `{workspace}` filled in
+    policies:                         # scripted policies: `--policy NAME`, `gymflow policy serve env.yaml`
+      reference: my_policy.py:MyPolicy  # module:Class or file.py:Class (an envs.policy.Policy)
 
 `{workspace}` (the rollout's workspace directory) and `{rollout_id}` are filled in in the system
 prompt and the tasks' prompts, as in server `args` and `env`. Every reward function is checked
@@ -20,10 +24,20 @@ against the call it will get when the file loads: one that cannot take it is an 
 signature it needs. Without `reward:` the final answer (the last `<answer>` of the last assistant
 message, or that message whole) must equal the ground truth.
 
-Relative paths (reward and parser files, seed files, the dataset) are relative to the env file. The env is
-identified by its path: the workflow input names the file, and each worker loads the same path
-(relative to its own working directory), so ship the file with the workers (the SkyPilot
-workdir). Unknown keys and bad values are errors that name the key.
+Paths in an env file are relative to the env file's directory, wherever gymflow runs from:
+
+* reward, parser and policy files, seed files and the dataset;
+* a server's `cwd`, and a `command` with a slash in it (`./server.sh`; a bare name is looked up
+  in PATH);
+* a server argument that names a file or directory there (`letters_server.py`, `data/words.txt`,
+  also as `--opt=data/words.txt`) is passed to the server as that absolute path.
+
+A server runs in the rollout's workspace (its working directory, unless `cwd` says otherwise), so
+any other relative argument names a file in the workspace (`--db shop.db`: a database each
+rollout gets on its own), as does `.`. `{workspace}` is the workspace's absolute path, in `args`,
+`env` and `cwd`. The env is identified by its path: the workflow input names the file, and each
+worker loads the same path (relative to its own working directory), so ship the file with the
+workers (the SkyPilot workdir). Unknown keys and bad values are errors that name the key.
 """
 
 from __future__ import annotations
@@ -38,12 +52,13 @@ import yaml
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from envs.contract import Task, Wire
-from envs.mcp.config import BUILTIN_PARSERS, parse_servers
+from envs.mcp.config import BUILTIN_PARSERS, WORKSPACE, parse_servers
 from envs.mcp.env import McpEnv
 from envs.mcp.library_reward import LibraryReward, LibraryRewardSpec
 from envs.mcp.plugins import load_callable
 from envs.mcp.reward import REWARD_KWARGS, REWARD_SIGNATURE, RewardFn, check_reward_fn
 from envs.mcp.workspace import WorkspaceSeed
+from envs.policy import DEFAULT, NULL, Policy, PolicySpec
 from envs.registry import ENV_FILE_SUFFIXES, EnvFileError
 
 RewardSpecs = str | LibraryRewardSpec | list[str | LibraryRewardSpec] | None
@@ -56,6 +71,8 @@ class EnvFile(Wire):
 
     mcp_servers: dict[str, Any] = Field(alias="mcpServers")
     """Server configs, `mcpServers` format plus gymflow's per-server policy (envs.mcp.config)."""
+    description: str = ""
+    """One line about the env, for `gymflow envs`."""
     system_prompt: str = ""
     """The system prompt of every rollout."""
     reward: str | LibraryRewardSpec | list[str | LibraryRewardSpec] | None = None
@@ -75,6 +92,19 @@ class EnvFile(Wire):
     """Files and a setup command every workspace gets before its servers start (envs.mcp.workspace)."""
     workspace_quota_mb: int | None = Field(default=None, ge=1)
     """Disk quota of each rollout's workspace in MB (default: the worker's `workspace_quota_mb`)."""
+    policies: dict[str, str] = Field(default_factory=dict)
+    """Scripted policies, name -> `module:Class` or `file.py:Class` (envs.policy): the first is the
+    default of `--policy`, and `gymflow policy serve ENV --policy NAME` serves any of them."""
+
+    @field_validator("policies")
+    @classmethod
+    def _policy_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if name in {DEFAULT, NULL}:
+                raise ValueError(f"{name!r} is built in ({DEFAULT}: the first policy; {NULL}: no answer)")
+            if not name or not name.replace("-", "_").isidentifier():
+                raise ValueError(f"policy name {name!r} must be a word (letters, digits, - and _)")
+        return value
 
     @field_validator("reward")
     @classmethod
@@ -158,11 +188,14 @@ def _build(name: str, path: Path, mtime_ns: int, size: int) -> type[FileEnv]:
     try:
         reward_fns = _reward_fns(config.reward, base)
         seed = _absolute_seed(config.workspace, base)
+        policies = _policies(config.policies, base)
+        seeded = set(seed.files) if seed is not None else set()
+        servers = {server: _absolute_paths(server, cfg, base, seeded) for server, cfg in config.mcp_servers.items()}
     except ValueError as exc:
         raise EnvFileError(f"{path}: {exc}") from None
-    servers = {server: _absolute_parsers(cfg, base) for server, cfg in config.mcp_servers.items()}
     attrs: dict[str, Any] = {
         "name": name,
+        "__doc__": config.description or f"MCP servers {', '.join(servers)} (env file {name}).",
         "env_file": path,
         "system_prompt": config.system_prompt,
         "mcp_servers": servers,
@@ -172,6 +205,7 @@ def _build(name: str, path: Path, mtime_ns: int, size: int) -> type[FileEnv]:
         "replayable": config.replayable,
         "fused_turns": config.fused_turns,
         "workspace_quota_mb": config.workspace_quota_mb,
+        "policies": policies,
         "dataset_path": (base / config.dataset) if config.dataset else None,
         "__module__": __name__,
     }
@@ -218,14 +252,79 @@ def _absolute_seed(seed: WorkspaceSeed | None, base: Path) -> WorkspaceSeed | No
     return seed.model_copy(update={"files": files})
 
 
-def _absolute_parsers(server: dict[str, Any], base: Path) -> dict[str, Any]:
-    """The server config with relative `file.py:function` parser specs made absolute."""
+def _policies(specs: dict[str, str], base: Path) -> dict[str, PolicySpec]:
+    """The file's policies with relative `file.py:Class` specs made absolute, each checked to load.
+
+    Raises:
+        ValueError: A spec cannot be loaded; names the key.
+    """
+    policies: dict[str, PolicySpec] = {}
+    for name, spec in specs.items():
+        policies[name] = absolute = _absolute_spec(spec, base)
+        target = load_callable(absolute, field=f"policies.{name}")
+        if isinstance(target, type) and not issubclass(target, Policy):
+            raise ValueError(f"policies.{name}: {spec} is not an envs.policy.Policy subclass")  # noqa: TRY004
+    return policies  # made on use (`--policy`), not here: a worker never plays them
+
+
+def _absolute_spec(spec: str, base: Path) -> str:
+    """`file.py:name` made absolute against `base`; any other spec as it is."""
+    target, sep, attr = spec.rpartition(":")
+    relative_file = sep and target.endswith(".py") and not Path(target).is_absolute()
+    return f"{base / target}:{attr}" if relative_file else spec
+
+
+def _absolute_paths(name: str, server: dict[str, Any], base: Path, seeded: set[str]) -> dict[str, Any]:
+    """The server config with its paths relative to the env file made absolute (module docstring):
+    `file.py:function` parsers, `cwd`, a `command` with a slash, arguments naming a file there.
+
+    Raises:
+        ValueError: An argument names a Python file that is neither next to the env file nor seeded
+            into the workspace (a typo, or a path written relative to somewhere else).
+    """
+    fixed = dict(server)
     parsers = server.get("parsers")
-    if not isinstance(parsers, dict):
-        return server
-    fixed = {}
-    for tool, spec in parsers.items():
-        target, sep, attr = str(spec).rpartition(":")
-        relative_file = sep and target.endswith(".py") and not Path(target).is_absolute()
-        fixed[tool] = f"{base / target}:{attr}" if spec not in BUILTIN_PARSERS and relative_file else spec
-    return {**server, "parsers": fixed}
+    if isinstance(parsers, dict):
+        fixed["parsers"] = {
+            tool: spec if spec in BUILTIN_PARSERS else _absolute_spec(str(spec), base) for tool, spec in parsers.items()
+        }
+    cwd = server.get("cwd")
+    if isinstance(cwd, str) and not cwd.startswith(WORKSPACE) and not Path(cwd).is_absolute():
+        fixed["cwd"] = str(base / cwd)
+    command = server.get("command")
+    if isinstance(command, str) and "/" in command and not Path(command).is_absolute():
+        fixed["command"] = str(base / command)
+    args = server.get("args")
+    if isinstance(args, list):
+        fixed["args"] = [_absolute_arg(arg, base) if isinstance(arg, str) else arg for arg in args]
+        for index, (given, made) in enumerate(zip(args, fixed["args"], strict=True)):
+            if given == made and isinstance(given, str) and _missing_script(given, seeded):
+                raise ValueError(
+                    f"mcpServers.{name}.args[{index}]: no file {base / given}; a relative path is relative "
+                    "to the env file (write `{workspace}/" + given + "` for a file the workspace setup makes)"
+                )
+    return fixed
+
+
+def _missing_script(arg: str, seeded: set[str]) -> bool:
+    """Whether `arg` is a relative `.py` path that nothing provides (not a seeded workspace file)."""
+    if not arg.endswith(".py") or arg.startswith("-") or "{" in arg:
+        return False
+    return arg not in seeded and not Path(arg).is_absolute()
+
+
+def _absolute_arg(arg: str, base: Path) -> str:
+    """`arg` (or the value of `--opt=value`) as an absolute path when it names a file or directory
+    relative to `base`; `.`, `..` and anything with a placeholder stay as they are."""
+    option, eq, value = arg.partition("=") if arg.startswith("-") else ("", "", arg)
+    if not value or "{" in value or value.startswith("-") or Path(value).is_absolute():
+        return arg
+    candidate = base / value
+    try:
+        resolved = candidate.resolve()
+        exists = resolved.exists()
+    except OSError:  # too long a name, a loop: not a file of ours
+        return arg
+    if not exists or resolved in {base, *base.parents}:  # `.` and `..` mean the workspace's
+        return arg
+    return f"{option}{eq}{candidate}"

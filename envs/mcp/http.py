@@ -31,7 +31,7 @@ from anyio.abc import Process
 
 from envs.contract import InfraError
 from envs.mcp.config import PORT, TOKEN_ENV, McpServerConfig
-from envs.mcp.transport import kill_group, server_env
+from envs.mcp.transport import kill_group, server_env, with_log_tail
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -88,7 +88,7 @@ class HttpServerProcess:
         for _ in range(PORT_ATTEMPTS):
             port = free_port()
             args, env = self.config.render(workspace=str(self.workspace), port=port, token=self.token)
-            cwd = Path(self.config.cwd) if self.config.cwd else self.workspace
+            cwd = self.config.working_dir(self.workspace)
             with self.log_path.open("ab") as log:  # the child keeps its own copy of the descriptor
                 self.process = await anyio.open_process(
                     [self.config.executable(), *args],
@@ -105,11 +105,17 @@ class HttpServerProcess:
             if self.process.returncode is None:  # still running but never listened in time
                 await self.stop()
                 raise InfraError(
-                    f"HTTP MCP server did not listen on port {port} within {self.config.startup_timeout_s}s"
+                    with_log_tail(
+                        f"HTTP MCP server did not listen on port {port} within {self.config.startup_timeout_s}s",
+                        self.log_path,
+                    )
                 )
+        # The log goes with the workspace: the error carries its end (whatever the last attempt said).
         raise InfraError(
-            f"HTTP MCP server exited with code {self.returncode} before listening ({PORT_ATTEMPTS} ports tried); "
-            f"see {self.log_path}"
+            with_log_tail(
+                f"HTTP MCP server exited with code {self.returncode} before listening ({PORT_ATTEMPTS} ports tried)",
+                self.log_path,
+            )
         )
 
     async def _listening(self, port: int, deadline: float) -> bool:

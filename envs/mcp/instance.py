@@ -145,14 +145,21 @@ def _raise_first(results: Sequence[object]) -> None:
         raise failure
 
 
-def _route(sessions: Sequence[McpSession]) -> dict[str, tuple[McpSession, str]]:
+def public_names(tools: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, str]]:
+    """Model-facing tool name -> (server, tool) for each server's tools: a tool's own name, or
+    `server__tool` where two servers have a tool of that name."""
     counts: dict[str, int] = {}
-    for session in sessions:
-        for tool in session.tools:
-            counts[tool.name] = counts.get(tool.name, 0) + 1
-    routes: dict[str, tuple[McpSession, str]] = {}
-    for session in sessions:
-        for tool in session.tools:
-            public = tool.name if counts[tool.name] == 1 else f"{session.name}__{tool.name}"
-            routes[public] = (session, tool.name)
-    return routes
+    for names in tools.values():
+        for tool in names:
+            counts[tool] = counts.get(tool, 0) + 1
+    return {
+        (tool if counts[tool] == 1 else f"{server}__{tool}"): (server, tool)
+        for server, names in tools.items()
+        for tool in names
+    }
+
+
+def _route(sessions: Sequence[McpSession]) -> dict[str, tuple[McpSession, str]]:
+    by_name = {session.name: session for session in sessions}
+    names = public_names({session.name: [tool.name for tool in session.tools] for session in sessions})
+    return {public: (by_name[server], tool) for public, (server, tool) in names.items()}

@@ -7,7 +7,9 @@ and callers talk to the client from wherever they are.
 
 A session knows when its server is gone without being asked (`ended`): the stdio server's
 stdout closed, the per-rollout HTTP server process exited, or the client itself failed. The
-warm pool waits on it to replace dead servers; calls check it to fail fast with InfraError.
+warm pool waits on it to replace dead servers; calls check it to fail fast with InfraError,
+whose message ends with what the server last wrote to stderr (`describe_death`), so the reason
+reaches the rollout's error, the logs and `gymflow inspect` before the log file is deleted.
 """
 
 from __future__ import annotations
@@ -27,12 +29,15 @@ from envs.contract import InfraError, ToolError, ToolResult, ToolSpec
 from envs.mcp.config import McpServerConfig
 from envs.mcp.content import Parser, apply_parser, render_result
 from envs.mcp.http import HttpServerProcess
-from envs.mcp.transport import ProcessTransport
+from envs.mcp.transport import ProcessTransport, with_log_tail
 
 _KILL_CONFIRM_S = 5.0
 """Longest a tool timeout waits for the killed server to be gone before answering."""
 _MODEL_VISIBLE_CODES = frozenset({mcp_types.INVALID_PARAMS, mcp_types.METHOD_NOT_FOUND})
 """JSON-RPC errors that older servers use for bad arguments / unknown tools: the model's fault."""
+_SETTLE_S = 2.0
+"""Longest a call whose connection broke waits to see the server gone, so its error can say how
+it ended (exit code, stderr) rather than only that the connection closed."""
 
 
 class McpSession:
@@ -52,6 +57,8 @@ class McpSession:
         self.config = config
         self.workspace = workspace
         self.parsers = parsers or {}
+        self.log_path = workspace.parent / f"{workspace.name}.{name}.stderr.log"
+        """The server's stderr (and an HTTP server's stdout), beside the workspace; deleted with it."""
         self.transport: ProcessTransport | None = None
         self.http_process: HttpServerProcess | None = None
         self.tools: list[mcp_types.Tool] = []
@@ -99,22 +106,24 @@ class McpSession:
         """Return once the server is gone (exited, closed its stdout, or the client failed)."""
         await self._ended.wait()
 
-    def describe_death(self) -> str:
-        """Why the session is not alive, for error messages."""
+    def describe_death(self, detail: str | None = None) -> str:
+        """Why the session is not alive, for error messages: the exit code or failure, then
+        `detail` (the error a call got), then the end of the server's stderr when it wrote any."""
         if self.returncode is not None:
-            return f"MCP server {self.name!r} (pid {self.pid}) exited with code {self.returncode}"
-        if self._failure is not None:
-            return f"MCP server {self.name!r} failed: {self._failure!r}"
-        if self._ended.is_set():
-            return f"MCP server {self.name!r} (pid {self.pid}) closed its connection"
-        return f"MCP server {self.name!r} is not connected"
+            head = f"MCP server {self.name!r} (pid {self.pid}) exited with code {self.returncode}"
+        elif self._failure is not None:
+            head = f"MCP server {self.name!r} failed: {self._failure!r}"
+        elif self._ended.is_set():
+            head = f"MCP server {self.name!r} (pid {self.pid}) closed its connection"
+        else:
+            return f"MCP server {self.name!r} is not connected" + (f": {detail}" if detail else "")
+        return with_log_tail(head + (f": {detail}" if detail else ""), self.log_path)
 
     async def start(self) -> None:
         """Start the server and complete the MCP handshake, or raise InfraError."""
         target: Any
-        log = self.workspace.parent / f"{self.workspace.name}.{self.name}.stderr.log"
         if self.config.per_rollout_http:
-            self.http_process = HttpServerProcess(self.config, workspace=self.workspace, log_path=log)
+            self.http_process = HttpServerProcess(self.config, workspace=self.workspace, log_path=self.log_path)
             await self.http_process.start()
             target = self.http_process.transport()  # the URL, with the bearer token when it has one
             self._watch(self.http_process.wait())
@@ -124,8 +133,8 @@ class McpSession:
                 self.config.executable(),
                 args,
                 env=env,
-                cwd=Path(self.config.cwd) if self.config.cwd else self.workspace,
-                stderr_path=log,
+                cwd=self.config.working_dir(self.workspace),
+                stderr_path=self.log_path,
                 nice=self.nice,
             )
             target = self.transport
@@ -141,7 +150,8 @@ class McpSession:
             ready.cancel()
         if not self._ready.is_set():
             await self.close()
-            reason = self.describe_death() if done else f"no handshake within {self.config.startup_timeout_s}s"
+            timeout = f"no handshake within {self.config.startup_timeout_s}s"
+            reason = self.describe_death() if done else with_log_tail(timeout, self.log_path)
             raise InfraError(f"could not start MCP server {self.name!r}: {reason}")
         assert self._client is not None
         if self.transport is not None:
@@ -201,7 +211,9 @@ class McpSession:
         except MCPError as exc:
             if exc.code in _MODEL_VISIBLE_CODES and self.alive:
                 return ToolResult(text=f"error: {exc.message}", is_error=True)
-            raise InfraError(f"{self.describe_death() if not self.alive else 'MCP protocol error'}: {exc}") from exc
+            if exc.code == mcp_types.CONNECTION_CLOSED:
+                await self._settle()
+            raise InfraError(self.describe_death(str(exc)) if not self.alive else f"MCP protocol error: {exc}") from exc
         except (
             anyio.ClosedResourceError,
             anyio.BrokenResourceError,
@@ -209,10 +221,20 @@ class McpSession:
             ConnectionError,
             httpx.TransportError,
         ) as exc:
-            raise InfraError(f"{self.describe_death()}: {exc!r}") from exc
+            await self._settle()
+            raise InfraError(self.describe_death(repr(exc))) from exc
         rendered = render_result(result, workspace=self.workspace, max_inline_bytes=self.config.max_inline_media_bytes)
         parser = self.parsers.get(tool)
         return rendered if parser is None else await apply_parser(parser, rendered)
+
+    async def _settle(self) -> None:
+        """Wait (briefly) until a server process of ours whose connection broke is seen gone: the
+        connection breaks as the process exits, a moment before its exit is reaped. (A fixed-URL
+        server is not ours to watch: its error is said at once.)"""
+        if self.transport is None and self.http_process is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._gone(), _SETTLE_S)
 
     async def _gone(self) -> None:
         """Return once a killed server has exited: its stdout closed, then its exit status reaped (a

@@ -2,9 +2,14 @@
 
 The SDK's `stdio_client` hides the process it starts. A rollout runtime needs it: the pid to
 kill a hung server and reap orphans, the exit code to tell a crashed server from a tool error,
-the server's stderr in a log file inside the workspace for post-mortems, and one place to wrap
+the server's stderr in a log file beside the workspace for post-mortems, and one place to wrap
 the command in a sandbox later. So this transport spawns the process itself (in its own process
 group) and bridges its pipes to the memory streams `mcp.Client` drives.
+
+A server that dies usually says why on stderr ("can't open file", a traceback), and the log file
+goes with the workspace when the rollout is released. So the error that reports a dead server
+carries the log's last `STDERR_TAIL_BYTES` (`log_tail`): read from the file once the process is
+gone, bounded, and nothing kept in memory while the server runs.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from mcp.shared.message import SessionMessage
 _INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV")
 _EXIT_GRACE_S = 1.0
 """How long a server gets to exit after its stdin closes before its process group is killed."""
+STDERR_TAIL_BYTES = 2048
+"""How much of a dead server's stderr its error message carries (the end: where the reason is)."""
 
 
 class ProcessTransport:
@@ -164,6 +171,34 @@ def server_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     Nothing else leaks in, so a worker's secrets (the model API key) never reach a server.
     """
     return {k: v for k in _INHERITED_ENV if (v := os.environ.get(k)) is not None} | dict(extra or {})
+
+
+def log_tail(path: Path | None, limit: int = STDERR_TAIL_BYTES) -> str:
+    """The last `limit` bytes of a server's log as text, from the first whole line ('' if none).
+
+    Cut lines are marked with a leading `…`; bytes that are not UTF-8 are replaced, not fatal.
+    """
+    if path is None:
+        return ""
+    try:
+        with path.open("rb") as log:
+            size = log.seek(0, os.SEEK_END)
+            log.seek(max(0, size - limit))
+            data = log.read(limit)
+    except OSError:  # never created (the server did not start), or removed with its workspace
+        return ""
+    text = data.decode("utf-8", "replace")
+    if size > limit:
+        text = "…" + text.partition("\n")[2]
+    return text.strip()
+
+
+def with_log_tail(message: str, path: Path | None) -> str:
+    """`message`, followed by the end of the server's log on indented lines when it wrote any."""
+    tail = log_tail(path)
+    if not tail:
+        return message
+    return f"{message}; its stderr ends:\n" + "\n".join(f"  {line}" for line in tail.splitlines())
 
 
 def kill_group(process: Process) -> None:

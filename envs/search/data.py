@@ -6,6 +6,14 @@ read with the standard library or, for S3, a boto3 client configured the usual w
 names its answers and the gold documents. Each task's ``init_args.corpus`` names the dataset's
 ``corpus.jsonl``; a worker fetches it once into a local cache (`local_corpus`) and each rollout's
 server reads it from there.
+
+The env's `generated` dataset is a sample that ships with gymflow, so `gymflow eval search` runs
+with nothing made first: a dataset `gymflow dataset generate` wrote from `sample_corpus/`, its
+rows in `sample_tasks.jsonl` (eval split first) and its corpus in `sample_corpus.jsonl`. The rows
+name their corpus as `SAMPLE_CORPUS_URI`, which every worker reads from its own installed copy
+(no path of the machine that made it). Remake it with `python -m envs.search.data DATASET_DIR`
+after `gymflow dataset generate --source corpus:envs/search/sample_corpus --n 80
+--eval-fraction 0.5 --out DATASET_DIR`.
 """
 
 from __future__ import annotations
@@ -24,6 +32,10 @@ from envs.datagen import format as fmt
 
 CACHE_ENV = "GYMFLOW_SEARCH_CACHE"
 """Overrides where fetched corpora are kept (default: <tmp>/gymflow-search)."""
+SAMPLE_TASKS = Path(__file__).with_name("sample_tasks.jsonl")
+SAMPLE_CORPUS = Path(__file__).with_name("sample_corpus.jsonl")
+SAMPLE_CORPUS_URI = "gymflow-sample:corpus.jsonl"
+"""The corpus of the sample tasks, wherever gymflow is installed."""
 
 
 class SearchTruth(Wire):
@@ -82,8 +94,30 @@ def load_split(uri: str, split: str = "eval") -> list[Task]:
     return tasks
 
 
+def load_sample(split: str | None = None) -> list[Task]:
+    """The sample tasks (module docstring), all of them or one split's."""
+    if split is not None and split not in fmt.SPLITS:
+        raise DatasetError(f"unknown split {split!r}; choose {', '.join(fmt.SPLITS)}")
+    tasks = fmt.tasks_from_jsonl(SAMPLE_TASKS.read_bytes(), source=str(SAMPLE_TASKS))
+    return [t for t in tasks if split is None or t.metadata.get("split") == split]
+
+
+def write_sample(dataset_uri: str) -> int:
+    """Make a dataset written by `gymflow dataset generate` the env's sample; returns its rows."""
+    manifest = fmt.Manifest.model_validate_json(read_uri(fmt.join(dataset_uri, fmt.MANIFEST)))
+    rows = []
+    for split in sorted(manifest.splits, key=lambda name: name != "eval"):
+        for task in load_split(dataset_uri, split):
+            rows.append(task.model_copy(update={"init_args": {**task.init_args, "corpus": SAMPLE_CORPUS_URI}}))
+    SAMPLE_TASKS.write_text("".join(t.model_dump_json() + "\n" for t in rows), encoding="utf-8")
+    SAMPLE_CORPUS.write_bytes(read_uri(fmt.join(dataset_uri, "corpus.jsonl")))
+    return len(rows)
+
+
 def local_corpus(uri: str) -> Path:
     """A local copy of the corpus file at `uri` (local files are used in place)."""
+    if uri == SAMPLE_CORPUS_URI:
+        return SAMPLE_CORPUS
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
         path = Path(unquote(parsed.path)) if parsed.scheme == "file" else Path(uri)
@@ -103,3 +137,11 @@ def local_corpus(uri: str) -> Path:
 def read_corpus(path: Path) -> list[dict[str, str]]:
     """The documents of a corpus.jsonl (id, title, text)."""
     return [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m envs.search.data DATASET_DIR   (makes it the search env's sample)")
+    print(f"{write_sample(sys.argv[1])} tasks -> {SAMPLE_TASKS}")

@@ -17,9 +17,8 @@ from typing import Any
 
 from envs.contract import Message, Reward, Task
 from envs.mcp.env import McpEnv
-from envs.policy import NullPolicy, Policy
 from envs.rewards.rubric import Rubric
-from envs.search.data import load_split, local_corpus
+from envs.search.data import load_sample, load_split, local_corpus
 from envs.search.rewards import correctness_rubric, search_reward
 from envs.search.servers.search import CORPUS_POINTER
 
@@ -38,6 +37,10 @@ class SearchEnv(McpEnv):
     stateless = True
     fused_turns = True  # tool calls may re-run: one activity per turn (activities.turn)
     mcp_servers = {"search": {"command": "python", "args": ["-m", "envs.search.servers.search"]}}
+    policies = {
+        "retrieve": "envs.search.policy:RetrievePolicy",  # retrieve, read, extract
+        "reference": "envs.search.policy:RetrievePolicy",
+    }
 
     def __init__(self, *, judge: bool = False, **kwargs: Any) -> None:
         """Args:
@@ -71,18 +74,13 @@ class SearchEnv(McpEnv):
 
     @classmethod
     def load_dataset(cls, name: str, **kwargs: Any) -> Iterable[Task]:
-        """A dataset URI written by `gymflow dataset generate` (kwargs: split, default ``eval``; n)."""
-        tasks = load_split(name, str(kwargs.get("split", "eval")))
+        """``generated``: the sample shipped with gymflow, questions over ``envs/search/sample_corpus``
+        (kwargs: split, default both; n); else a dataset URI written by `gymflow dataset generate`
+        (kwargs: split, default ``eval``; n)."""
+        if name == "generated":
+            split = kwargs.get("split")
+            tasks = load_sample(None if split is None else str(split))
+        else:
+            tasks = load_split(name, str(kwargs.get("split", "eval")))
         n = kwargs.get("n")
         return tasks[: int(n)] if n is not None else tasks
-
-    @classmethod
-    def baseline_policy(cls, name: str = "default") -> Policy:
-        """`retrieve` (default; retrieve-read-extract) or `null`."""
-        if name in {"default", "retrieve"}:
-            from envs.search.policy import RetrievePolicy
-
-            return RetrievePolicy()
-        if name == "null":
-            return NullPolicy()
-        raise ValueError(f"search has no baseline policy {name!r}; choose retrieve or null")

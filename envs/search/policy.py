@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from envs.contract import Message, ToolCall, ToolSpec
-from envs.datagen.generate import CLOZE_PREFIX, answer_spans
+from envs.datagen.generate import CLOZE_PREFIX
+from envs.datagen.text import answer_spans
 from envs.policy import Policy
 
 _BRIDGE_RE = re.compile(r'"([^"]*____[^"]*)"\s*That one (.+?) (what year|how many|what)\?', re.DOTALL)

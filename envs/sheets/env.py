@@ -31,7 +31,6 @@ from typing import Any
 from envs.contract import Message, Reward, Task
 from envs.mcp.env import McpEnv
 from envs.mcp.workspace import DEFAULT_QUOTA_MB
-from envs.policy import NullPolicy, Policy
 from envs.sheets.data import INPUT_NAME, OUTPUT_NAME, input_bytes, load_generated, load_spreadsheetbench
 from envs.sheets.isolation import Isolation, choose
 from envs.sheets.rewards import expected_from, extract_output, score
@@ -76,6 +75,7 @@ class SheetsEnv(McpEnv):
     replayable = True
     cpu_bound = True
     mcp_servers = {"sheets": {"command": "python", "args": ["-m", SERVER_MODULE]}}
+    policies = {"reference": "envs.sheets.policy:ReferencePolicy"}  # runs generated tasks' reference programs
 
     def __init__(
         self,
@@ -163,14 +163,3 @@ class SheetsEnv(McpEnv):
             return load_generated(int(kwargs.get("n", 16)), seed=int(kwargs.get("seed", 0)), root=root and Path(root))
         limit = kwargs.get("n")
         return load_spreadsheetbench(Path(name), limit=None if limit is None else int(limit))
-
-    @classmethod
-    def baseline_policy(cls, name: str = "default") -> Policy:
-        """``reference`` (default: runs generated tasks' reference programs with run_python) or ``null``."""
-        if name in {"default", "reference"}:
-            from envs.sheets.policy import ReferencePolicy
-
-            return ReferencePolicy()
-        if name == "null":
-            return NullPolicy()
-        raise ValueError(f"sheets has no baseline policy {name!r}; choose reference or null")

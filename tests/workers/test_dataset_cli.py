@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
+from town_corpus import write_corpus
+
+from envs.datagen import format as fmt
 
 SAMPLE = Path(__file__).parents[2] / "envs" / "search" / "sample_corpus"
 
@@ -46,6 +50,47 @@ def test_generate_and_show(temporal_address: str, tmp_path: Path) -> None:
     )
     last = missing.stderr.strip().splitlines()[-1]  # (the in-process worker logs the failed activity above it)
     assert missing.returncode == 2 and last.startswith("gymflow: ") and "does not exist" in last
+
+
+def test_a_plain_corpus_of_200_towns(temporal_address: str, tmp_path: Path) -> None:
+    """The issue's case: 200 short articles without links between them beyond twin towns."""
+    corpus = tmp_path / "towns"
+    write_corpus(corpus, 200, flat=True)
+    server = ["--address", temporal_address, "--task-queue", f"cli-{uuid.uuid4().hex[:8]}"]
+    source = ["dataset", "generate", "--source", f"corpus:{corpus}"]
+
+    def splits_of(out: Path) -> dict[str, set[str]]:
+        found = {split: fmt.tasks_from_jsonl((out / f"{split}.jsonl").read_bytes()) for split in fmt.SPLITS}
+        return {split: {d for t in tasks for d in t.metadata["doc_ids"]} for split, tasks in found.items()}
+
+    # Defaults: 200 questions with every filter on, in both splits, no document on both sides.
+    met = gymflow(*source, "--n", "200", "--out", str(tmp_path / "met"), "--json", *server, cwd=tmp_path)
+    assert met.returncode == 0, met.stderr[-3000:]
+    result = json.loads(met.stdout)
+    assert result["accepted"] == 200 and all(result["splits"].values())
+    docs = splits_of(tmp_path / "met")
+    assert docs["train"] and docs["eval"] and not docs["train"] & docs["eval"]
+    assert "bm25s" not in met.stderr and "Building index" not in met.stderr  # third-party debug lines
+    # More than the corpus holds: the summary names what rejected most and how to relax it.
+    short = gymflow(*source, "--n", "1000", "--out", str(tmp_path / "short"), *server, cwd=tmp_path)
+    assert short.returncode == 1, short.stderr[-3000:]
+    lines = short.stdout.splitlines()
+    assert re.match(r"accepted \d+ of the 1000 wanted: the source ran out", lines[1]), short.stdout
+    assert lines[2].split()[1] == "too_easy/answer_in_top1:" and "--skip-filter too_easy" in lines[2]
+    assert int(lines[2].split()[0]) >= int(lines[3].split()[0])  # the most rejecting first
+    show = gymflow("dataset", "show", str(tmp_path / "short"), cwd=tmp_path).stdout
+    assert "too_easy/answer_in_top1: the answer is in the top BM25 passage" in show and "--skip-filter too_easy" in show
+    # The filter skipped: at least 200 rows, both splits, no document on both sides.
+    skipped = gymflow(*source, "--n", "200", "--skip-filter", "too_easy", "--out", str(tmp_path / "all"), "--json",
+                      *server, cwd=tmp_path)  # fmt: skip
+    assert skipped.returncode == 0, skipped.stderr[-3000:]
+    result = json.loads(skipped.stdout)
+    assert result["accepted"] >= 200 and result["splits"]["train"] and result["splits"]["eval"]
+    assert "too_easy/answer_in_top1" not in result["rejections"]
+    docs = splits_of(tmp_path / "all")
+    assert docs["train"] and docs["eval"] and not docs["train"] & docs["eval"]
+    bad = gymflow(*source, "--n", "5", "--skip-filter", "guard", *server, cwd=tmp_path)
+    assert bad.returncode == 2 and "invalid choice: 'guard'" in bad.stderr
 
 
 @pytest.mark.slow  # ~70 s on the busy 2-core box: two batches of real search rollouts

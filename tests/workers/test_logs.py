@@ -151,6 +151,28 @@ def _restore_logging() -> Any:
     logs.configure(fmt="json", level=logging.WARNING, stream=sys.stderr)
 
 
+def test_third_party_loggers_stay_at_warning_unless_verbose() -> None:
+    from envs.datagen.index import Bm25Index
+
+    library, own = logging.getLogger("somelib.core"), logging.getLogger("envs.datagen.test")
+    library.setLevel(logging.DEBUG)  # as bm25s does to its logger when imported
+    own.setLevel(logging.DEBUG)  # a developer debugging one gymflow module
+    try:
+        for level, expected in ((logging.WARNING, ["warning"]), (logging.INFO, ["info", "warning"])):
+            stream = io.StringIO()
+            logs.configure(fmt="json", level=level, stream=stream)
+            for name in ("debug", "info", "warning"):
+                getattr(library, name)(f"library {name}")
+            own.debug("own debug")
+            logging.getLogger("bm25s").setLevel(logging.DEBUG)
+            Bm25Index(["canal towns", "town halls"]).search("canal")  # logs "Building index ..." at DEBUG
+            events = [json.loads(line)["event"] for line in stream.getvalue().splitlines()]
+            assert events == [f"library {name}" for name in expected] + ["own debug"], (level, events)
+    finally:
+        library.setLevel(logging.NOTSET)
+        own.setLevel(logging.NOTSET)
+
+
 def test_log_flags_go_before_or_after_the_subcommand() -> None:
     parser = build_parser()
     assert parser.parse_args(["eval", "math"]).log_format == "auto"

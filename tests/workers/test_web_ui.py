@@ -2,9 +2,12 @@
 
 A batch started with `temporal workflow start --type BatchRolloutWorkflow` runs CRM rollouts; in the
 UI we find a rollout by `GymflowEnv`, open it, see its reward (first in the result), a tool call's
-summary and result, and the outcome in its current details; then open the batch's report. With
-encryption on, the same pages show ciphertext until the browser logs in to the codec server (auth
-on), and decoded payloads after. Screenshots go to $GYMFLOW_SCREENSHOTS (default: the test's tmp dir).
+summary and result, and the outcome in its current details; then open the batch's report. A fused
+math rollout's event list names each tool call with its arguments and result (`calculator.add(a=17,
+b=2) -> 19`) without expanding anything, in the full and the compact view. With encryption on, the
+same pages show ciphertext until the browser logs in to the codec server (auth on), and decoded
+payloads after, the call lines included. Screenshots go to $GYMFLOW_SCREENSHOTS (default: the test's
+tmp dir).
 
 Skipped, with the reason, where Chromium or playwright is missing — unless GYMFLOW_UI_TEST_REQUIRE=1
 (.ci/run sets it after installing chromium), which turns the skip into a failure.
@@ -25,11 +28,14 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from leaks import history_text
 from temporalio.client import Client
 
 from activities.model import ModelConfig
+from envs.contract import Trajectory
 from envs.crm.policy import ReferencePolicy
 from envs.crm.tasks import generate_tasks, make_task
+from envs.math.data import generate_tasks as math_tasks
 from envs.mcp.http import free_port
 from support import make_settings
 from workers.client import connect, data_converter, run_rollout
@@ -110,6 +116,38 @@ async def open_rollout(page: Any, web_ui: str, query: str, workflow_id: str) -> 
     await visible(page, "Workflow Execution Completed")
 
 
+async def math_rollout(client: Client, task_queue: str, policy_url: str) -> Trajectory:
+    """A fused math rollout of a task the calculator policy solves in two tool calls."""
+    task = math_tasks(1, seed=3)[0]  # 10 * 18 / 3
+    model = ModelConfig(base_url=policy_url, model="calculator")
+    workflow_id = f"ui-math-{uuid.uuid4().hex[:8]}"
+    result = await run_rollout(
+        client, RolloutInput(env="math", task=task, model=model), task_queue=task_queue, workflow_id=workflow_id
+    )
+    assert result.reward is not None and result.reward.total == 1.0 and result.turns == 3 and result.tool_calls == 2
+    return result
+
+
+def expected_call_lines(result: Trajectory) -> list[str]:
+    """Each tool call of a math rollout, as the event list should name it, with the calculator's answer."""
+    answers = {m.tool_call_id: m.content for m in result.messages if m.role == "tool"}
+    lines = []
+    for call in (c for m in result.messages for c in m.tool_calls):
+        assert all(isinstance(v, int) for v in call.arguments.values()) and float(answers[call.id])
+        arguments = ", ".join(f"{k}={v}" for k, v in call.arguments.items())
+        lines.append(f"calculator.{call.name}({arguments}) -> {answers[call.id]}")
+    return lines
+
+
+async def rows_show(page: Any, lines: list[str]) -> None:
+    """Each line is in some event row as the list shows it, nothing expanded: a result's head in
+    quotes (a call line whole, not the start of a longer one)."""
+    rows = page.locator('[data-testid="event-summary-row"] >> visible=true')
+    for line in lines:
+        await rows.filter(has_text=f'"{line}"').first.wait_for(timeout=WAIT_MS)
+    assert not await page.locator('[data-testid="event-summary-row-expanded"]').count()
+
+
 async def start_batch_with_temporal_cli(address: str, queue: str, batch_id: str, policy_url: str) -> None:
     payload = {
         "env": "crm",
@@ -147,8 +185,8 @@ async def test_rollout_page_and_batch_report(
         await page.screenshot(path=str(out / "rollout.png"))
 
         await page.get_by_role("button", name="Compact").click()
-        # crm fuses its turns: one play_turn activity per turn, its result each call's result, as the
-        # tool returned it, then the model's reply with its tool calls.
+        # crm fuses its turns: one play_turn activity per turn, its result the call lines, each call's
+        # result as the tool returned it, then the model's reply with its tool calls.
         await visible(page, "play_turn")
         summary = page.locator("text=play_turn >> visible=true").last  # newest first: the last is turn 1
         await summary.click()
@@ -173,6 +211,23 @@ async def test_rollout_page_and_batch_report(
         assert report.url.startswith(f"{web_ui}/namespaces/default/workflows?query=")
 
 
+async def test_a_fused_math_rollout_lists_its_tool_calls_and_results(
+    client: Client, worker: RunningWorker, web_ui: str, calculator_policy_url: str, tmp_path: Path
+) -> None:
+    _require_browser()
+    result = await math_rollout(client, worker.task_queue, calculator_policy_url)
+    lines = expected_call_lines(result)
+    assert lines[0].startswith("calculator.multiply(a=10, b=18) -> 180")
+    async with chromium() as browser:
+        # As wide as a laptop's screen: narrower, the UI's own layout clips every row's details.
+        page = await browser.new_page(viewport={"width": 1600, "height": 1050})
+        await open_rollout(page, web_ui, f'WorkflowId="{result.rollout_id}"', result.rollout_id)
+        await rows_show(page, lines)  # each play_turn's completion event: its result's head
+        await page.get_by_role("button", name="Compact").click()
+        await rows_show(page, lines)  # one row per turn: activity type, attempt, the result's head
+        await page.screenshot(path=str(shots(tmp_path) / "rollout-fused-calls.png"))
+
+
 @contextlib.contextmanager
 def codec_server(key: str, auth: str, origin: str) -> Any:
     """`gymflow codec-server` as a user starts it, allowing the session UI's origin; yields its URL."""
@@ -192,7 +247,7 @@ def codec_server(key: str, auth: str, origin: str) -> Any:
 
 
 async def test_encrypted_rollout_is_read_through_the_codec_server_with_auth(
-    client: Client, web_ui: str, temporal_address: str, tmp_path: Path
+    client: Client, web_ui: str, temporal_address: str, calculator_policy_url: str, tmp_path: Path
 ) -> None:
     _require_browser()
     key, auth = generate_key(), f"Bearer ui-codec-{uuid.uuid4().hex}"
@@ -208,7 +263,11 @@ async def test_encrypted_rollout_is_read_through_the_codec_server_with_auth(
             task_queue=settings.task_queue,
             workflow_id=rollout,
         )
+        fused = await math_rollout(encrypting, settings.task_queue, calculator_policy_url)
     assert result.reward is not None and result.reward.total == 1.0
+    lines = expected_call_lines(fused)
+    stored = history_text(await client.get_workflow_handle(fused.rollout_id).fetch_history())
+    assert not any(line in stored for line in lines) and "calculator." not in stored  # ciphertext only
     question = str(task.prompt).splitlines()[1][:40]
     out = shots(tmp_path)
     with codec_server(key, auth, origin=web_ui) as codec:
@@ -243,3 +302,9 @@ async def test_encrypted_rollout_is_read_through_the_codec_server_with_auth(
             body = await page.inner_text("body")
             assert '"total": 1' in body and "db_unchanged" in body
             await page.screenshot(path=str(out / "rollout-encrypted-decoded.png"))
+
+            # A fused math rollout's call lines, decoded the same way, in the list and the compact view.
+            await open_rollout(page, web_ui, f'WorkflowId="{fused.rollout_id}"', fused.rollout_id)
+            await rows_show(page, lines)
+            await page.get_by_role("button", name="Compact").click()
+            await rows_show(page, lines)

@@ -78,6 +78,10 @@ async def main(only: set[str]) -> None:
                         env="math", task=generate_tasks(1, seed=1, difficulty=3)[0],
                         model=ModelConfig(base_url=calc.url), fuse_turns=True,
                     ),
+                    "math_fused_call_lines": RolloutInput(  # math_fused as written once results had call lines
+                        env="math", task=generate_tasks(1, seed=1, difficulty=3)[0],
+                        model=ModelConfig(base_url=calc.url), fuse_turns=True,
+                    ),
                     "math_fused_bad_model_output": RolloutInput(
                         env="math", task=Task(id="t", prompt="p", ground_truth="1"),
                         model=ModelConfig(base_url=bad_server.url), fuse_turns=True,

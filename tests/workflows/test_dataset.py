@@ -14,9 +14,12 @@ import datasets
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
+from town_corpus import write_corpus
 
 from activities.dataset_models import DatasetSource, GenerationOptions
 from envs.datagen import format as fmt
+from envs.datagen.filters import FilterName
+from envs.datagen.plan import assign_splits
 from envs.search.data import load_split, validate_task
 from support import make_settings
 from workers.worker import RunningWorker, running_worker
@@ -134,6 +137,51 @@ async def test_invalid_input_names_the_field(client: Client, worker: RunningWork
     with pytest.raises(WorkflowFailureError) as info:
         await run_dataset(client, worker.task_queue, input)
     assert isinstance(info.value.cause, ApplicationError) and "options.overlap_tokens" in info.value.cause.message
+
+
+async def test_skipped_filters_and_an_eval_split_that_would_be_empty(
+    client: Client, worker: RunningWorker, tmp_path: Path
+) -> None:
+    corpus = tmp_path / "towns"
+    facts = write_corpus(corpus, 10)
+    # The one eval document (seed 0, a tenth of ten) has nothing to ask: every row comes from train
+    # documents, and without the fill the eval split would be empty.
+    splits = assign_splits([t.path for t in facts], seed=0, eval_fraction=0.1)
+    [empty] = [doc for doc, split in splits.items() if split == "eval"]
+    (corpus / empty).write_text("# Nowhere\n\nnothing is known about this place at all.\n")
+    out = tmp_path / "ds"
+    options = GenerationOptions(
+        types=["extractive", "cloze"],
+        eval_fraction=0.1,
+        skip_filters=["too_easy", "quota", "dedup"],
+        dedup_threshold=0.5,
+    )
+    result = await run_dataset(client, worker.task_queue, corpus_input(str(corpus), str(out), 40, options=options))
+    assert result.accepted == 40 and result.target == 40
+    assert not [k for k in result.rejections if k.startswith(("too_easy/", "quota/"))], result.rejections
+    split_rows = rows(out)
+    docs = {split: {d for t in r for d in t.metadata["doc_ids"]} for split, r in split_rows.items()}
+    assert split_rows["train"] and split_rows["eval"] and not docs["train"] & docs["eval"] and empty not in docs["eval"]
+    assert all(t.metadata["split"] == split for split, r in split_rows.items() for t in r)
+    manifest = fmt.Manifest.model_validate_json((out / "manifest.json").read_bytes())
+    assert manifest.moved_rows == len(split_rows["eval"]) and manifest.splits["eval"].groups == 1
+
+    # A filter skipped is really skipped: with it on, its rejections are back (near-duplicates that
+    # are not identical: identical questions are dropped either way).
+    async def rejections(name: str, skip: list[FilterName]) -> list[dict[str, str]]:
+        options = GenerationOptions(types=["extractive", "cloze"], eval_fraction=0.1, skip_filters=skip,
+                                    dedup_threshold=0.5)  # fmt: skip
+        await run_dataset(client, worker.task_queue, corpus_input(str(corpus), str(tmp_path / name), 40,
+                                                                  options=options))  # fmt: skip
+        return [json.loads(line) for line in (tmp_path / name / "rejected.jsonl").read_text().splitlines()]
+
+    def similarities(rejected: list[dict[str, str]]) -> set[str]:
+        return {r["detail"].split()[0] for r in rejected if r["reason"] == "near_duplicate"}
+
+    skipped = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines()]
+    deduplicated = await rejections("dedup", ["too_easy", "quota"])
+    assert similarities(skipped) <= {"1.00"} and similarities(deduplicated) - {"1.00"}
+    assert any(r["stage"] == "too_easy" for r in await rejections("all", []))
 
 
 def trace_lines() -> list[str]:

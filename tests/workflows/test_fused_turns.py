@@ -10,19 +10,22 @@ from typing import Any
 import pytest
 import yaml
 from mcp_support import activity_types
-from pydantic import ValidationError
+from pydantic import ValidationError, create_model
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
+from temporalio.worker import Replayer
 
 from activities import errors
 from activities.env import state_key
 from activities.model import GenerateInput
-from activities.turn import PlayTurnInput, TurnActivities
-from envs.contract import BaseEnv, Message, Reward, Task, ToolResult, ToolSpec
+from activities.turn import PlayTurnInput, PlayTurnResult, TurnActivities
+from envs.contract import BaseEnv, Message, Reward, Task, ToolResult, ToolSpec, Wire
 from envs.mcp.envfile import EnvFileError, env_class_from_file
 from support import ScriptedPolicy, call, play
-from workers.client import describe_validation_error
-from workers.worker import RunningWorker
+from workers.client import DATA_CONVERTER, describe_validation_error
+from workers.worker import WORKFLOW_RUNNER, WORKFLOWS, RunningWorker
+from workflows.rollout import CALL_LINES_PATCH
 from workflows.schema import RolloutLimits
 
 
@@ -121,6 +124,22 @@ async def play_turn_inputs(client: Client, workflow_id: str) -> list[dict[str, A
         )
         for e in history.events
         if e.activity_task_scheduled_event_attributes.activity_type.name == "play_turn"
+    ]
+
+
+async def play_turn_results(client: Client, workflow_id: str) -> list[bytes]:
+    """The results of the workflow's completed play_turn activities, as recorded (raw JSON)."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    kinds = {
+        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    }
+    return [
+        done.result.payloads[0].data
+        for e in history.events
+        if e.HasField("activity_task_completed_event_attributes")
+        and kinds[(done := e.activity_task_completed_event_attributes).scheduled_event_id] == "play_turn"
     ]
 
 
@@ -251,3 +270,81 @@ async def test_a_turn_whose_start_the_node_lost_is_sent_again_whole(
     assert inputs[2]["generate"]["model"] and inputs[2]["reward_task"]["id"] == task.id  # whole, settings too
     failures = await activity_failure_types(client, result.rollout_id)
     assert failures == [errors.CONTEXT_MISSING]
+
+
+async def test_a_fused_turn_heads_its_result_with_its_calls_and_their_results(
+    client: Client, worker: RunningWorker
+) -> None:
+    # What the Web UI shows of a turn without expanding it is its result's head: the calls, as
+    # `server.tool(arg=value, ...) -> result`, refusals and tool errors included, come first.
+    script = ScriptedPolicy(
+        [
+            Message(
+                role="assistant",
+                tool_calls=[call("add", {"a": 17, "b": 2}), call("nope", {"x": 1}), call("divide", {"a": 1, "b": 0})],
+            ),
+            Message(role="assistant", tool_calls=[call("multiply", {"a": 19, "b": 3}), call("add", {"a": 4, "b": 4})]),
+            Message(role="assistant", content="<answer>57</answer>"),
+        ]
+    )
+    task = Task(id="lines", prompt="p", ground_truth="57")
+    result = await play(client, worker, script, env="math", task=task, limits=RolloutLimits(max_tool_calls=3))
+    assert result.termination.value == "tool_budget" and result.tool_calls == 3
+    raw = await play_turn_results(client, result.rollout_id)
+    assert len(raw) == 2 and all(r.startswith(b'{"calls":["') for r in raw)
+    first, second = (PlayTurnResult.model_validate_json(r).calls for r in raw)
+    assert first[0] == "calculator.add(a=17, b=2) -> 19"
+    assert first[1].startswith("nope(x=1) -> error: unknown tool 'nope'; available tools: add, ")  # no server
+    assert first[2] == "calculator.divide(a=1, b=0) -> Error executing tool divide: division by zero"
+    assert second[0] == "calculator.multiply(a=19, b=3) -> 57"
+    assert second[1].startswith("calculator.add(a=4, b=4) -> error: tool call budget exhausted (3 calls)")
+    assert all(len(line.split(" -> ", 1)[1]) <= 80 for line in first + second)  # a head; the result stays whole
+    observations = [m.content for m in result.messages if m.role == "tool"]
+    assert observations[0] == "19" and "available tools" in observations[1] and len(observations) == 5
+
+
+_PreCallLinesTurnInput = create_model(  # type: ignore[call-overload]
+    "PlayTurnInput",
+    __base__=Wire,
+    **{name: (field.annotation, field) for name, field in PlayTurnInput.model_fields.items() if name != "call_lines"},
+)
+"""`PlayTurnInput` as node workers older than call lines read it (they refuse unknown fields)."""
+
+
+async def test_a_node_worker_older_than_call_lines_gets_the_rollouts_turns_without_them(
+    client: Client, monkeypatch: pytest.MonkeyPatch, worker: RunningWorker
+) -> None:
+    refused: list[int] = []
+    real_whole = TurnActivities._whole
+
+    def old_node(self: TurnActivities, input: PlayTurnInput) -> Any:
+        try:  # as the old node's data converter reads the payload: without the fields at their defaults
+            _PreCallLinesTurnInput.model_validate_json(input.model_dump_json(exclude_defaults=True))
+        except ValidationError as exc:
+            refused.append(input.generate.turn)
+            raise ApplicationError(
+                describe_validation_error(exc), type=errors.INVALID_INPUT, non_retryable=True
+            ) from None
+        return real_whole(self, input)
+
+    monkeypatch.setattr(TurnActivities, "_whole", old_node)
+    policy = RecordingPolicy(adding_turns())
+    task = Task(id="sum-no-lines", prompt="add", ground_truth="6")
+    result = await play(client, worker, policy, env="math", task=task)
+    assert refused == [0]  # the first turn; every later one went without asking
+    assert result.reward is not None and result.reward.total == 1.0 and result.tool_calls == 3
+    assert_the_model_saw_every_turn_whole(policy, result.messages)
+    inputs = await play_turn_inputs(client, result.rollout_id)
+    assert [i["call_lines"] for i in inputs] == [True, False, False, False, False]
+    assert [i["cached"] is not None for i in inputs] == [False, False, True, True, True]  # deltas still
+    assert not any(r.startswith(b'{"calls"') for r in await play_turn_results(client, result.rollout_id))
+    assert await activity_failure_types(client, result.rollout_id) == [errors.INVALID_INPUT]
+    history = await client.get_workflow_handle(result.rollout_id).fetch_history()
+    markers = [
+        e.marker_recorded_event_attributes
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+    ]
+    assert len(markers) == 1 and CALL_LINES_PATCH.encode() in markers[0].details["patch-data"].payloads[0].data
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=WORKFLOW_RUNNER)
+    await replayer.replay_workflow(history)

@@ -145,5 +145,27 @@ def test_env_registry_and_policies() -> None:
 
     assert env_class("search") is SearchEnv
     assert SearchEnv.baseline_policy().name == "retrieve" and SearchEnv.baseline_policy("null").name == "null"
-    with pytest.raises(ValueError, match="retrieve or null"):
+    with pytest.raises(ValueError, match="retrieve, reference or null"):
         SearchEnv.baseline_policy("oracle")
+
+
+def test_the_generated_dataset_is_the_shipped_sample(corpus_file: Path) -> None:
+    from envs.search.data import SAMPLE_CORPUS, SAMPLE_CORPUS_URI, local_corpus, read_corpus
+
+    tasks = list(SearchEnv.load_dataset("generated"))
+    assert len(tasks) == 80 and len({t.id for t in tasks}) == 80
+    splits = [t.metadata["split"] for t in tasks]
+    assert splits == sorted(splits, key=lambda s: s != "eval")  # eval first: `--n 32` takes eval questions
+    assert [t.id for t in SearchEnv.load_dataset("generated", split="train")] == [
+        t.id for t in tasks if t.metadata["split"] == "train"
+    ]
+    assert len(list(SearchEnv.load_dataset("generated", n=5))) == 5
+    with pytest.raises(DatasetError, match="unknown split 'dev'"):
+        SearchEnv.load_dataset("generated", split="dev")
+    # Every row names the shipped corpus in a way any worker resolves to its own installed copy.
+    assert {t.init_args["corpus"] for t in tasks} == {SAMPLE_CORPUS_URI}
+    assert local_corpus(SAMPLE_CORPUS_URI) == SAMPLE_CORPUS
+    shipped = {d["id"]: d["sha256"] for d in read_corpus(SAMPLE_CORPUS)}
+    assert shipped == {d["id"]: d["sha256"] for d in read_corpus(corpus_file)}  # the sample corpus, as it is now
+    for task in tasks:
+        assert set(validate_task(task).doc_ids) <= set(shipped)

@@ -1,0 +1,331 @@
+"""The container runtime: one podman container per rollout, from a warm pool where one is ready.
+
+A rollout's container:
+
+* runs the task's image on a root of its own whose writes are capped at `storage_mb`
+  (envs.runtime.disk explains why a loop-mounted filesystem: no quota support on these nodes);
+* has `--cpus`, `--memory` (= `--memory-swap`: no swap), `--pids-limit` and matching
+  `--ulimit nproc`, `no-new-privileges`, and `--network none` unless `Limits.network` (then the
+  engine's default network; a per-host allowlist is not implemented);
+* mounts nothing from the host but the rollout's workspace (`RolloutSpec.workspace_mount`), which
+  lives on the same capped filesystem; the host path the caller names becomes a symlink to it;
+* keeps a `sleep infinity` under podman's init (catatonit reaps what commands leave behind); every
+  command is a `podman exec`, run as a new session whose process group a timeout kills;
+* carries labels: the gymflow marker, the node, the rollout (cold starts), the runtime instance
+  that made it and its state directory. A warm-pool container is made before its rollout is known
+  and labels cannot change, so taking one writes the rollout id to `<state>/rollout`, which the
+  reaper reads (envs.runtime.reaper).
+
+The warm pool keeps `pool_size` started containers per (image, limits, workdir, env, mount); a
+taken container is replaced in the background and never given to a second rollout: release
+removes it.
+
+Docker has no `--rootfs`, so this runtime takes podman only for now (`Engine.detect` finds docker
+too, for the day a docker disk cap exists).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from envs.errors import UserError
+from envs.mcp.transport import server_env
+from envs.runtime.base import (
+    DEFAULT_MAX_OUTPUT_BYTES,
+    ExecResult,
+    Limits,
+    RolloutSpec,
+    Runtime,
+    Sandbox,
+    SandboxError,
+    StdioCommand,
+)
+from envs.runtime.cexec import ContainerExec
+from envs.runtime.disk import RolloutDisk
+from envs.runtime.engine import (
+    LABEL_MARKER,
+    LABEL_NODE,
+    LABEL_OWNER,
+    LABEL_ROLLOUT,
+    LABEL_STATE,
+    Engine,
+)
+
+log = logging.getLogger(__name__)
+
+ROLLOUT_FILE = "rollout"
+"""In a container's state directory: the id of the rollout that took it from the pool."""
+KEEPALIVE = ("sleep", "infinity")
+START_TIMEOUT_S = 120.0
+
+
+class ContainerSandbox(Sandbox):
+    """A rollout's container."""
+
+    def __init__(
+        self, runtime: ContainerRuntime, *, name: str, disk: RolloutDisk, workdir: str, mount: str, cgroup: str
+    ) -> None:
+        self.runtime = runtime
+        self.engine = runtime.engine
+        self.name = name
+        self.disk = disk
+        self.workdir = workdir
+        self.workspace_mount = mount
+        self.executor = ContainerExec(runtime.engine, name, workdir=workdir, cgroup=cgroup)
+        self.rollout_id = ""
+        self.node_id = runtime.node_id
+        self.workspace = disk.workspace
+        self._released = False
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout_s: float,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        if self._released:
+            raise SandboxError(f"container {self.name} was released")
+        return await self.executor.exec(
+            argv, stdin=stdin, timeout_s=timeout_s, max_output_bytes=max_output_bytes, cwd=cwd, env=env
+        )
+
+    def stdio_command(
+        self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None
+    ) -> StdioCommand:
+        full = self.engine.exec_argv(
+            self.name, list(argv), interactive=True, workdir=cwd or self.workdir, env=dict(env or {})
+        )
+        return StdioCommand(argv=full, env=server_env(None))
+
+    async def copy_in(self, src: Path, dst: str) -> None:
+        is_dir = source_kind(src)
+        target = dst.rstrip("/") or "/"
+        parent = target if is_dir else os.path.dirname(target) or "/"
+        await self._checked_exec(["mkdir", "-p", "--", parent])
+        source = f"{src}/." if is_dir else str(src)
+        await self.engine.run(["cp", source, f"{self.name}:{target}"], timeout_s=300)
+
+    async def copy_out(self, src: str, dst: Path) -> None:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        await self.engine.run(["cp", f"{self.name}:{src}", str(dst)], timeout_s=300)
+
+    async def _checked_exec(self, argv: list[str]) -> None:
+        done = await self.exec(argv, timeout_s=60)
+        if not done.ok:
+            raise SandboxError(f"`{' '.join(argv)}` failed in {self.name}: {done.stderr.strip()[-500:]}")
+
+    async def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        await self.engine.remove([self.name])
+        await self.disk.destroy()
+        self.runtime.forget(self)
+
+
+PoolKey = tuple[str, str, str, str, str]
+
+
+class ContainerRuntime(Runtime):
+    """Starts rollout containers on one node (rootful podman)."""
+
+    name = "container"
+
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        state_root: Path,
+        engine: Engine | None = None,
+        pool_size: int = 0,
+        keepalive: Sequence[str] = KEEPALIVE,
+    ) -> None:
+        self.engine = engine or Engine.detect()
+        if self.engine.kind != "podman":
+            raise UserError("the container runtime needs podman (its disk cap runs the container on --rootfs)")
+        self.node_id = node_id
+        self.state_dir = state_root / node_id
+        self.pool_size = pool_size
+        self.keepalive = list(keepalive)
+        self.owner = uuid.uuid4().hex[:16]
+        """This runtime instance, in the `gymflow.owner` label of what it starts."""
+        self._image_roots: dict[str, tuple[str, dict[str, object]]] = {}
+        self._image_lock = asyncio.Lock()
+        self._pools: dict[PoolKey, list[ContainerSandbox]] = {}
+        self._filling: dict[PoolKey, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._live: dict[str, ContainerSandbox] = {}
+        self._closed = False
+
+    async def start(self, spec: RolloutSpec) -> ContainerSandbox:
+        if spec.node_id != self.node_id:
+            raise ValueError(f"this runtime serves node {self.node_id!r}, not {spec.node_id!r}")
+        if spec.image is None:
+            raise ValueError("the container runtime needs an image")
+        workspace = Path(spec.workspace)
+        if not workspace.is_absolute():
+            raise ValueError(f"the workspace must be an absolute path, got {spec.workspace!r}")
+        check_workspace(workspace)
+        key = pool_key(spec)
+        ready = self._pools.get(key, [])
+        sandbox = ready.pop(0) if ready else None
+        if sandbox is not None:
+            (sandbox.disk.path / ROLLOUT_FILE).write_text(spec.rollout_id)
+        else:
+            sandbox = await self._create(spec, rollout_id=spec.rollout_id)
+        self._refill(spec)
+        sandbox.rollout_id = spec.rollout_id
+        link_workspace(workspace, sandbox.disk.workspace)
+        sandbox.workspace = workspace
+        return sandbox
+
+    async def warm(self, spec: RolloutSpec, *, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Fill the pool of `spec`'s kind of container (its rollout id and workspace are ignored)."""
+        key = pool_key(spec)
+        self._refill(spec)
+        deadline = time.monotonic() + timeout_s
+        while len(self._pools.get(key, [])) < self.pool_size:
+            if not self._filling.get(key):
+                raise SandboxError(f"the warm pool could not start containers of {spec.image}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"warm pool not full after {timeout_s:g}s")
+            await asyncio.wait(
+                set(self._tasks), timeout=max(0.0, deadline - time.monotonic()), return_when="FIRST_COMPLETED"
+            )
+
+    def ready(self, spec: RolloutSpec) -> int:
+        """Started containers waiting for rollouts like `spec`."""
+        return len(self._pools.get(pool_key(spec), []))
+
+    async def close(self) -> None:
+        """Stop refilling, remove pooled containers and unmount images; live sandboxes are the callers'."""
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        pooled = [s for ready in self._pools.values() for s in ready]
+        self._pools.clear()
+        await asyncio.gather(*(s.release() for s in pooled), return_exceptions=True)
+        if not self._live:
+            for image in list(self._image_roots):
+                await self.engine.run(["image", "unmount", image], check=False)
+            self._image_roots.clear()
+
+    def forget(self, sandbox: ContainerSandbox) -> None:
+        self._live.pop(sandbox.name, None)
+
+    def _refill(self, spec: RolloutSpec) -> None:
+        key = pool_key(spec)
+        missing = self.pool_size - len(self._pools.setdefault(key, [])) - self._filling.get(key, 0)
+        for _ in range(0 if self._closed else missing):
+            self._filling[key] = self._filling.get(key, 0) + 1
+            task = asyncio.ensure_future(self._fill_one(key, spec))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _fill_one(self, key: PoolKey, spec: RolloutSpec) -> None:
+        try:
+            sandbox = await self._create(spec, rollout_id="")
+        except Exception as exc:  # a refill failure must not kill the pool; a cold start reports it
+            log.warning("warm pool could not start a container of %s: %s", spec.image, exc)
+            return
+        finally:
+            self._filling[key] -= 1
+        if self._closed:
+            await sandbox.release()
+        else:
+            self._pools[key].append(sandbox)
+
+    async def _create(self, spec: RolloutSpec, *, rollout_id: str) -> ContainerSandbox:
+        assert spec.image is not None
+        lower, config = await self._image(spec.image)
+        name = f"gymflow-{uuid.uuid4().hex[:12]}"
+        disk = RolloutDisk(self.state_dir / name)
+        await disk.create(lower=lower, size_mb=spec.limits.storage_mb)
+        workdir = spec.workdir or str(config.get("WorkingDir") or "") or "/"
+        try:
+            (disk.root / workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)  # --rootfs does not create it
+            args = ["run", "-d", "--name", name, *self.engine.run_flags(), "--init"]
+            args += labels(self.node_id, rollout_id, self.owner, str(disk.path))
+            args += limit_flags(spec.limits)
+            args += ["--security-opt", "no-new-privileges", "--hostname", "sandbox", "--workdir", workdir]
+            args += ["-v", f"{disk.workspace}:{spec.workspace_mount}"]
+            listed = config.get("Env")
+            image_env = [e for e in listed if isinstance(e, str)] if isinstance(listed, list) else []
+            for item in [*image_env, *(f"{k}={v}" for k, v in spec.env.items())]:
+                args += ["--env", item]
+            # `--rootfs` is a switch: the root's path is the first positional argument, then the command.
+            await self.engine.run([*args, "--rootfs", str(disk.root), *self.keepalive], timeout_s=START_TIMEOUT_S)
+            cgroup = await self.engine.run(["inspect", "--format", "{{.State.CgroupPath}}", name])
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._discard(name, disk))
+            raise
+        sandbox = ContainerSandbox(
+            self, name=name, disk=disk, workdir=workdir, mount=spec.workspace_mount, cgroup=cgroup.stdout.strip()
+        )
+        self._live[name] = sandbox
+        return sandbox
+
+    async def _discard(self, name: str, disk: RolloutDisk) -> None:
+        await self.engine.remove([name])
+        await disk.destroy()
+
+    async def _image(self, image: str) -> tuple[str, dict[str, object]]:
+        """The image's mounted root (the overlay's lower layer) and its config, mounted once per runtime."""
+        async with self._image_lock:
+            if image not in self._image_roots:
+                config = await self.engine.image_config(image)
+                mounted = await self.engine.run(["image", "mount", image])
+                self._image_roots[image] = (mounted.stdout.strip(), config)
+        return self._image_roots[image]
+
+
+def source_kind(src: Path) -> bool:
+    """Whether `src` is a directory (raises SandboxError when it does not exist)."""
+    if not src.exists():
+        raise SandboxError(f"nothing to copy at {src}")
+    return src.is_dir()
+
+
+def check_workspace(workspace: Path) -> None:
+    """Refuse a workspace path that exists with content (it is about to become a link)."""
+    if workspace.is_symlink() or (workspace.exists() and (not workspace.is_dir() or any(workspace.iterdir()))):
+        raise ValueError(f"the workspace {workspace} must not exist yet or be an empty directory")
+
+
+def link_workspace(workspace: Path, target: Path) -> None:
+    """Make the caller's workspace path a link to the container's workspace on its capped disk."""
+    with contextlib.suppress(FileNotFoundError):
+        workspace.rmdir()
+    workspace.parent.mkdir(parents=True, exist_ok=True)
+    workspace.symlink_to(target, target_is_directory=True)
+
+
+def pool_key(spec: RolloutSpec) -> PoolKey:
+    env = json.dumps(spec.env, sort_keys=True)
+    return (spec.image or "", spec.limits.model_dump_json(), spec.workdir or "", env, spec.workspace_mount)
+
+
+def labels(node_id: str, rollout_id: str, owner: str, state: str) -> list[str]:
+    pairs = {LABEL_MARKER: "1", LABEL_NODE: node_id, LABEL_ROLLOUT: rollout_id, LABEL_OWNER: owner, LABEL_STATE: state}
+    return [arg for key, value in pairs.items() for arg in ("--label", f"{key}={value}")]
+
+
+def limit_flags(limits: Limits) -> list[str]:
+    memory = f"{limits.memory_mb}m"
+    flags = ["--cpus", f"{limits.cpus:g}", "--memory", memory, "--memory-swap", memory]
+    flags += ["--pids-limit", str(limits.pids), "--ulimit", f"nproc={limits.pids}:{limits.pids}"]
+    return [*flags, "--network", "none"] if not limits.network else flags

@@ -1,0 +1,216 @@
+"""The container engine boundary: podman or docker, driven through its command-line client.
+
+Why the CLI rather than the Docker Engine API (docker-py, aiodocker):
+
+* Rootful podman, as installed on these nodes, runs no service: the API would need a
+  `podman system service` daemon per node to start, watch and restart. The CLI needs nothing
+  running, and a container outlives a crashed worker either way.
+* An MCP server inside a container talks stdio. Through the CLI that is `podman exec -i NAME CMD`:
+  a plain pipe any stdio MCP client spawns like a local server (`Sandbox.stdio_command`). Through the
+  API it is a hijacked HTTP stream with Docker's multiplexed framing, which needs a transport of its
+  own.
+* The flags gymflow uses (run, exec, cp, rm, ps, inspect, build, image inspect/mount, import) mean the
+  same in podman and docker, so one code path drives both.
+The cost is one process per engine call (~0.2 s for `exec` here); `bench/containers.py` measures it.
+
+Engine settings: `GYMFLOW_CONTAINER_ENGINE` (or `Engine.detect(binary=...)`) names the binary; by
+default podman, else docker, from the PATH. For podman the OCI runtime is chosen too: `runc` when it
+is installed (crun, podman's usual default, fails on cgroup v1 kernels), overridden by
+`GYMFLOW_OCI_RUNTIME` or `oci_runtime=` (`""` for the engine's default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import resource
+import shutil
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from envs.errors import UserError
+from envs.runtime.base import CappedOutput, SandboxError, drain, feed_stdin
+
+ENGINE_ENV = "GYMFLOW_CONTAINER_ENGINE"
+"""Names the engine binary (a name on the PATH or a path)."""
+OCI_RUNTIME_ENV = "GYMFLOW_OCI_RUNTIME"
+"""Names podman's OCI runtime (`runc`, `crun`; empty for podman's default)."""
+INSTALL_HINT = "apt-get install podman runc"
+"""What installs an engine on a Debian node."""
+
+LABEL_MARKER = "gymflow"
+"""Set to "1" on every container and image gymflow creates."""
+LABEL_NODE = "gymflow.node"
+LABEL_ROLLOUT = "gymflow.rollout"
+"""The rollout a container was created for; empty for a warm-pool container until it is taken."""
+LABEL_OWNER = "gymflow.owner"
+"""The runtime instance (one worker process) that created the container."""
+LABEL_STATE = "gymflow.state"
+"""The host directory holding the container's disk and mounts (the reaper unmounts it)."""
+
+ENGINE_OUTPUT_BYTES = 256 * 1024
+"""Output kept of one engine command (build logs are the long ones)."""
+
+
+class EngineError(SandboxError):
+    """An engine command failed; the message carries the command and the end of its output."""
+
+
+class EngineUnavailable(UserError):
+    """No container engine on this node."""
+
+
+@dataclass(frozen=True)
+class Completed:
+    """An engine command's outcome."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    """A container as the engine lists it."""
+
+    name: str
+    labels: dict[str, str]
+    running: bool
+
+
+class Engine:
+    """A podman or docker CLI with the flags this node needs."""
+
+    def __init__(self, binary: str, *, kind: Literal["podman", "docker"], oci_runtime: str | None = None) -> None:
+        self.binary = binary
+        self.kind = kind
+        self.oci_runtime = oci_runtime or None
+        """podman's `--runtime` (None: the engine's default)."""
+
+    @classmethod
+    def detect(cls, binary: str | None = None, *, oci_runtime: str | None = None) -> Engine:
+        """The engine named by `binary` or `GYMFLOW_CONTAINER_ENGINE`, else podman, else docker.
+
+        Raises:
+            EngineUnavailable: None is installed (the message names the install command).
+        """
+        wanted = binary or os.environ.get(ENGINE_ENV) or None
+        candidates = [wanted] if wanted else ["podman", "docker"]
+        for name in candidates:
+            path = shutil.which(name)
+            if path is not None:
+                kind: Literal["podman", "docker"] = "docker" if "docker" in os.path.basename(path) else "podman"
+                runtime = oci_runtime if oci_runtime is not None else os.environ.get(OCI_RUNTIME_ENV)
+                if runtime is None and kind == "podman" and shutil.which("runc"):
+                    runtime = "runc"
+                return cls(path, kind=kind, oci_runtime=runtime)
+        named = f"{wanted!r} is not" if wanted else "neither podman nor docker is"
+        raise EngineUnavailable(f"no container engine: {named} on the PATH (install one: {INSTALL_HINT})")
+
+    async def run(
+        self,
+        args: Sequence[str],
+        *,
+        timeout_s: float = 60.0,
+        stdin: bytes | None = None,
+        check: bool = True,
+    ) -> Completed:
+        """Run `<engine> args...`; on timeout its process group is killed.
+
+        Raises:
+            EngineError: It exited non-zero (with `check`), or timed out.
+        """
+        process = await asyncio.create_subprocess_exec(
+            self.binary,
+            *args,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        out, err = CappedOutput(ENGINE_OUTPUT_BYTES), CappedOutput(ENGINE_OUTPUT_BYTES)
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(feed_stdin(process, stdin), drain(process.stdout, out), drain(process.stderr, err)),
+                timeout_s,
+            )
+            await process.wait()
+        except BaseException as exc:
+            kill_session(process)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(process.wait(), 5)
+            if isinstance(exc, TimeoutError):
+                raise EngineError(f"`{self.kind} {' '.join(args[:3])}` timed out after {timeout_s:g}s") from None
+            raise
+        done = Completed(process.returncode or 0, out.text(), err.text())
+        if check and done.returncode != 0:
+            tail = (done.stderr.strip() or done.stdout.strip())[-2000:]
+            raise EngineError(f"`{self.kind} {' '.join(args[:3])}` failed ({done.returncode}): {tail}")
+        return done
+
+    def run_flags(self) -> list[str]:
+        """Flags every `run` gets: the OCI runtime, and ulimits given explicitly (the default raise of
+        the open-files limit is refused on these nodes)."""
+        hard_nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        flags = ["--runtime", self.oci_runtime] if self.oci_runtime and self.kind == "podman" else []
+        return [*flags, "--ulimit", f"nofile={hard_nofile}:{hard_nofile}"]
+
+    def exec_argv(
+        self,
+        container: str,
+        argv: Sequence[str],
+        *,
+        interactive: bool,
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> list[str]:
+        """The full host argv of `exec` in `container`."""
+        flags = ["-i"] if interactive else []
+        if workdir:
+            flags += ["--workdir", workdir]
+        for key, value in (env or {}).items():
+            flags += ["--env", f"{key}={value}"]
+        return [self.binary, "exec", *flags, container, *argv]
+
+    async def image_exists(self, ref: str) -> bool:
+        done = await self.run(["image", "inspect", "--format", "{{.Id}}", ref], check=False)
+        return done.returncode == 0
+
+    async def image_config(self, ref: str) -> dict[str, object]:
+        """The image's config (Env, WorkingDir, User, ...)."""
+        done = await self.run(["image", "inspect", "--format", "{{json .Config}}", ref])
+        value = json.loads(done.stdout or "{}")
+        return value if isinstance(value, dict) else {}
+
+    async def containers(self, labels: dict[str, str]) -> list[ContainerInfo]:
+        """Every container (running or not) carrying all of `labels`."""
+        filters = [arg for key, value in labels.items() for arg in ("--filter", f"label={key}={value}")]
+        listed = await self.run(["ps", "-a", *filters, "--format", "{{.Names}}"])
+        names = [line.strip() for line in listed.stdout.splitlines() if line.strip()]
+        if not names:
+            return []
+        fmt = '{"name": {{json .Name}}, "labels": {{json .Config.Labels}}, "running": {{json .State.Running}}}'
+        inspected = await self.run(["inspect", "--type", "container", "--format", fmt, *names], check=False)
+        found = []
+        for line in inspected.stdout.splitlines():
+            if line.strip():
+                item = json.loads(line)
+                found.append(ContainerInfo(item["name"].lstrip("/"), item["labels"] or {}, bool(item["running"])))
+        return found
+
+    async def remove(self, names: Sequence[str]) -> None:
+        """Kill and remove containers now (gone already is fine)."""
+        if names:
+            grace = ["-t", "0"] if self.kind == "podman" else []
+            await self.run(["rm", "-f", *grace, *names], timeout_s=60, check=False)
+
+
+def kill_session(process: asyncio.subprocess.Process) -> None:
+    """SIGKILL a process started with `start_new_session` and everything in its group."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)

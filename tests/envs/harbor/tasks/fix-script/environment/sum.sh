@@ -1,0 +1,3 @@
+#!/bin/bash
+# prints the sum of its two arguments
+echo $(( $1 - $2 ))

@@ -1,0 +1,3 @@
+#!/bin/bash
+cd /app
+echo alpha > a.txt; echo beta > b.txt; echo gamma > c.txt; echo delta > d.txt

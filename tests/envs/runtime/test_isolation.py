@@ -1,0 +1,179 @@
+"""Isolation from inside a rollout's container: every escape attempt must fail, and the box must survive it."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+from mcp import Client
+
+from envs.runtime.base import Limits, RolloutSpec
+from envs.runtime.container import ContainerRuntime, ContainerSandbox
+from envs.runtime.terminal import build_server
+
+LIMITS = Limits(cpus=1, memory_mb=128, storage_mb=96, pids=64)
+
+
+async def start(runtime: ContainerRuntime, image: str, tmp_path: Path) -> ContainerSandbox:
+    rollout = uuid.uuid4().hex[:8]
+    spec = RolloutSpec(
+        rollout_id=rollout, node_id=runtime.node_id, workspace=str(tmp_path / rollout), limits=LIMITS, image=image,
+        workdir="/app", workspace_mount="/logs",
+    )  # fmt: skip
+    return await runtime.start(spec)
+
+
+async def test_host_loopback_ports_are_unreachable(runtime: ContainerRuntime, base_image: str, tmp_path: Path) -> None:
+    connected = asyncio.Event()
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connected.set()
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    sandbox = await start(runtime, base_image, tmp_path)
+    try:
+        inside = await sandbox.exec(
+            ["bash", "-c", f"(exec 3<>/dev/tcp/127.0.0.1/{port}) && echo reached || echo refused"], timeout_s=30
+        )
+        assert "refused" in inside.stdout + inside.stderr and not connected.is_set()
+        for host in ("127.0.0.1", "localhost", "127.0.0.2"):
+            done = await sandbox.exec(["bash", "-c", f"exec 3<>/dev/tcp/{host}/{port}"], timeout_s=30)
+            assert done.exit_code != 0
+        assert not connected.is_set(), "a container reached a port on the host's loopback"
+    finally:
+        await sandbox.release()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_no_network_but_its_own_loopback(runtime: ContainerRuntime, base_image: str, tmp_path: Path) -> None:
+    sandbox = await start(runtime, base_image, tmp_path)
+    try:
+        interfaces = await sandbox.exec(
+            ["sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"], timeout_s=30
+        )
+        assert interfaces.stdout.split() == ["lo"]
+        routes = await sandbox.exec(["sh", "-c", "tail -n +2 /proc/net/route"], timeout_s=30)
+        assert routes.stdout.strip() == ""
+        # Debian's mirror, which the host (and image builds) reach, is out of reach from a rollout.
+        apt = await sandbox.exec(["sh", "-c", "apt-get -o Acquire::Retries=0 update 2>&1"], timeout_s=120)
+        assert apt.exit_code != 0 or "Err:" in apt.stdout or "W: " in apt.stdout
+        assert "Hit:" not in apt.stdout and "Get:" not in apt.stdout
+    finally:
+        await sandbox.release()
+
+
+async def test_another_rollouts_container_and_workspace_are_out_of_reach(
+    runtime: ContainerRuntime, base_image: str, tmp_path: Path
+) -> None:
+    first, second = await start(runtime, base_image, tmp_path), await start(runtime, base_image, tmp_path)
+    try:
+        secret = uuid.uuid4().hex
+        (second.workspace / "secret.txt").write_text(secret)
+        await second.exec(["sh", "-c", "nohup sleep 31337 >/dev/null 2>&1 &"], timeout_s=30)
+        half = len(secret) // 2  # the probe's own command line must not hold the whole secret
+        found = await first.exec(
+            [
+                "sh",
+                "-c",
+                f'grep -rl "{secret[:half]}""{secret[half:]}" / --exclude-dir=proc --exclude-dir=sys 2>/dev/null',
+            ],
+            timeout_s=120,
+        )
+        assert found.stdout == "", f"another rollout's file is readable: {found.stdout}"
+        paths = await first.exec(["sh", "-c", f"ls {second.workspace} {second.disk.path} 2>&1"], timeout_s=30)
+        assert paths.stdout.count("No such file") == 2  # neither its workspace's host path nor its disk exists here
+        processes = await first.exec(["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"], timeout_s=30)
+        assert "31337" not in processes.stdout, "a container sees another container's processes"
+        own = await second.exec(["cat", "/logs/secret.txt"], timeout_s=30)
+        assert own.stdout == secret
+    finally:
+        await first.release()
+        await second.release()
+
+
+async def test_memory_hog_is_killed_and_reported_as_a_tool_error(
+    runtime: ContainerRuntime, base_image: str, tmp_path: Path
+) -> None:
+    sandbox = await start(runtime, base_image, tmp_path)
+    try:
+        async with Client(build_server(sandbox, memory_mb=LIMITS.memory_mb)) as client:
+            hog = await client.call_tool("bash", {"command": 'x=$(head -c 400M /dev/zero | tr "\\0" a); echo ${#x}'})
+            assert hog.is_error
+            text = hog.content[0].text  # type: ignore[union-attr]
+            assert "out of memory (128 MB)" in text
+            after = await client.call_tool("bash", {"command": "echo still-alive"})
+            assert not after.is_error and "still-alive" in after.content[0].text  # type: ignore[union-attr]
+    finally:
+        await sandbox.release()
+
+
+def pids_files(sandbox: ContainerSandbox) -> tuple[Path, Path]:
+    """The container's pids cgroup counters, read from the host (forking inside fails at the limit)."""
+    relative = sandbox.executor.cgroup.lstrip("/")
+    for base in (Path("/sys/fs/cgroup/pids") / relative, Path("/sys/fs/cgroup") / relative):
+        if (base / "pids.current").exists():
+            return base / "pids.current", base / "pids.events"
+    raise AssertionError(f"no pids cgroup for {sandbox.executor.cgroup}")
+
+
+async def test_fork_bomb_is_contained_by_the_pids_limit(
+    runtime: ContainerRuntime, base_image: str, tmp_path: Path
+) -> None:
+    sandbox = await start(runtime, base_image, tmp_path)
+    current, events = pids_files(sandbox)
+    peak = 0
+    sampling = True
+
+    async def sample() -> None:
+        nonlocal peak
+        while sampling:
+            peak = max(peak, int(current.read_text()))
+            await asyncio.sleep(0.02)  # a sampling period, not a wait for an event
+
+    try:
+        # Bounded first: 200 sleepers asked for; the cgroup never holds more than the limit (64).
+        sampler = asyncio.create_task(sample())
+        await sandbox.exec(["bash", "-c", "for i in {1..200}; do sleep 300 & done; wait"], timeout_s=5)
+        sampling = False
+        await sampler
+        rejected = int(events.read_text().split()[-1])
+        # Forks past pids.max are refused; processes *attached* by `podman exec` are not counted against
+        # it by the kernel (a migration, not a fork), so the count may pass the limit by those few.
+        assert int((current.parent / "pids.max").read_text()) == LIMITS.pids
+        assert 0 < peak <= LIMITS.pids + 8 and rejected > 0, (peak, rejected)
+        # Then a real fork bomb through the terminal tool: it stays under the limit, the timeout kills its
+        # process group (from the host: the container has no pid left for a `kill`), the container answers.
+        peak, sampling = 0, True
+        sampler = asyncio.create_task(sample())
+        async with Client(build_server(sandbox)) as client:
+            bomb = await client.call_tool("bash", {"command": "bomb() { bomb | bomb & }; bomb; sleep 60", "timeout": 5})
+            sampling = False
+            await sampler
+            assert peak <= LIMITS.pids + 8, peak
+            assert bomb.is_error and "timed out" in bomb.content[0].text  # type: ignore[union-attr]
+            alive = await client.call_tool("bash", {"command": "echo alive", "timeout": 60})
+            assert "alive" in alive.content[0].text  # type: ignore[union-attr]
+        assert int(current.read_text()) < 10
+    finally:
+        sampling = False
+        await sandbox.release()
+
+
+async def test_disk_filler_stops_at_storage_mb(runtime: ContainerRuntime, base_image: str, tmp_path: Path) -> None:
+    sandbox = await start(runtime, base_image, tmp_path)
+    try:
+        for target in ("/app/fill", "/tmp/fill", "/logs/fill"):  # the root filesystem, and the workspace mount
+            done = await sandbox.exec(
+                ["sh", "-c", f"dd if=/dev/zero of={target} bs=1M count=1000 2>&1; rm -f {target}"], timeout_s=120
+            )
+            assert "No space left on device" in done.stdout
+            written = int(done.stdout.split(" bytes")[0].rsplit("\n", 1)[-1])
+            assert written <= LIMITS.storage_mb * 1024 * 1024
+        # On the host the container's writes occupy its disk image alone, at most storage_mb.
+        assert sandbox.disk.image.stat().st_blocks * 512 <= LIMITS.storage_mb * 1024 * 1024
+    finally:
+        await sandbox.release()
