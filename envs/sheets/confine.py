@@ -163,12 +163,23 @@ def bwrap_binary() -> str:
     return override
 
 
+SYSTEM_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
+
+
 def which(tool: str) -> str:
-    """The path of `tool`, looking in the system directories too."""
-    found = shutil.which(tool) or shutil.which(tool, path="/usr/bin:/bin:/usr/sbin:/sbin")
+    """The real path of `tool`: from the system directories first, then the PATH.
+
+    A sandbox does not take its tools from whatever PATH the worker inherited before the system's,
+    and a tool found through a symlink (toolchain shims, some CI images put a directory of them
+    first) is named by the file it points to: ``setpriv`` runs inside bwrap, where only what
+    `runtime_paths` binds exists, and that is the real file. A symlink to a multi-call binary
+    (busybox) keeps its own name, which selects the tool.
+    """
+    found = shutil.which(tool, path=SYSTEM_PATH) or shutil.which(tool)
     if found is None:
         raise SandboxUnavailable(f"{tool} is not installed")
-    return found
+    real = os.path.realpath(found)
+    return real if os.path.basename(real) == tool else os.path.abspath(found)
 
 
 # -- processes and files -----------------------------------------------------------------------
