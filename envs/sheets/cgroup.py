@@ -129,29 +129,33 @@ def _find(override: str) -> Path | str:
         if not (base / "cgroup.procs").is_file():
             return f"${CGROUP_ENV}={override} is not a cgroup directory"
     else:
-        found = _own_pids_cgroup()
+        try:
+            found = own_pids_cgroup(Path("/proc/self/cgroup").read_text(), Path("/proc/self/mountinfo").read_text())
+        except OSError as exc:
+            return f"cannot read this process's cgroups: {exc}"
         if isinstance(found, str):
             return found
         base = found
     return _check(base)
 
 
-def _own_pids_cgroup() -> Path | str:
-    """This process's cgroup in the v1 ``pids`` hierarchy, else in the v2 one if it has pids."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError as exc:
-        return f"cannot read this process's cgroups: {exc}"
+def own_pids_cgroup(cgroups: str, mountinfo: str) -> Path | str:
+    """The directory of a process's cgroup in the v1 ``pids`` hierarchy, else in the v2 one if it
+    has the pids controller (enabled for its children here), or why there is none.
+
+    Args:
+        cgroups: The process's ``/proc/<pid>/cgroup``.
+        mountinfo: Its ``/proc/<pid>/mountinfo``.
+    """
     v1 = v2 = None
-    for line in lines:
+    for line in cgroups.splitlines():
         hierarchy, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
         if hierarchy == "0" and not controllers:
             v2 = path
         elif "pids" in controllers.split(","):
             v1 = path
-    for line in mounts:
+    for line in mountinfo.splitlines():
         fields = line.split()
         if " - " not in line:
             continue
