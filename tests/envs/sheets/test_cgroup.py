@@ -55,7 +55,7 @@ def test_a_run_cgroup_bounds_tasks_and_close_kills_what_is_left(base: Path) -> N
     assert not any(_alive(pid) for pid in left)  # setsid did not take them out of the cgroup
 
 
-def test_leftovers_of_a_dead_process_are_swept(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_leftovers_of_a_dead_process_are_swept(base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A process that exists no more left a cgroup with a live process in it.
     gone = int(Path("/proc/sys/kernel/pid_max").read_text()) - 1
     assert not Path(f"/proc/{gone}").exists()
@@ -69,8 +69,10 @@ def test_leftovers_of_a_dead_process_are_swept(base: Path, monkeypatch: pytest.M
     mine = base / f"{cgroup.PREFIX}{os.getpid()}-keep"
     mine.mkdir()
     try:
-        monkeypatch.setenv(cgroup.CGROUP_ENV, str(base))  # a fresh lookup, which sweeps
-        assert cgroup.parent() == base
+        link = tmp_path / "pids"  # the same parent, under a name not looked up before: a fresh lookup sweeps
+        link.symlink_to(base)
+        monkeypatch.setenv(cgroup.CGROUP_ENV, str(link))
+        assert cgroup.parent() == link
         assert not stale.exists() and sleeper.wait(timeout=10) == -9
         assert mine.exists()  # this process's own cgroups are not its business
     finally:

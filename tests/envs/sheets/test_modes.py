@@ -70,7 +70,8 @@ def test_a_mode_passed_over_is_logged_once_with_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     broken = tmp_path / "bwrap"  # a bubblewrap that cannot set up its namespaces
-    broken.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+    # Its message names the test's directory: each run of the test is a new reason, logged anew.
+    broken.write_text(f"#!/bin/sh\necho 'bwrap: setting up uid map in {tmp_path}: Permission denied' >&2\nexit 1\n")
     broken.chmod(0o755)
     monkeypatch.setenv(BWRAP_ENV, str(broken))
     with caplog.at_level(logging.INFO, logger="envs.sheets.sandbox"):
@@ -82,5 +83,5 @@ def test_a_mode_passed_over_is_logged_once_with_why(
     assert level is not Level.BWRAP
     bwrap = [m for m in first if m.startswith("sandbox mode bwrap")]
     assert len(bwrap) == (2 if is_root() else 1), first
-    assert all("passed over for" in m and "setting up uid map: Permission denied" in m for m in bwrap)
+    assert all("passed over for" in m and f"setting up uid map in {tmp_path}: Permission denied" in m for m in bwrap)
     assert again == []
