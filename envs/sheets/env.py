@@ -28,7 +28,7 @@ import dataclasses
 import logging
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from envs.contract import Message, Reward, Task, Unavailable
 from envs.mcp.env import McpEnv
@@ -78,6 +78,10 @@ class SheetsEnv(McpEnv):
     cpu_bound = True
     mcp_servers = {"sheets": {"command": "python", "args": ["-m", SERVER_MODULE]}}
     policies = {"reference": "envs.sheets.policy:ReferencePolicy"}  # runs generated tasks' reference programs
+    sandbox_setting: ClassVar[str | None] = None
+    """The sandbox policy when the constructor gets no ``sandbox_level`` (None: $GYMFLOW_SANDBOX). A
+    subclass that fixes its policy sets it here, where `unavailable` (asked before any instance
+    exists) sees it too."""
 
     def __init__(
         self,
@@ -89,7 +93,8 @@ class SheetsEnv(McpEnv):
     ) -> None:
         """Args:
         sandbox_level: ``auto``, ``bwrap``, ``unsafe-unshare``, ``unsafe-rlimits`` (see
-            `envs.sheets.isolation`), or None for $GYMFLOW_SANDBOX (default ``auto``).
+            `envs.sheets.isolation`), or None for `sandbox_setting`, else $GYMFLOW_SANDBOX
+            (default ``auto``).
         limits: Limits of each code run (default `Limits()`); its `workspace_mb` is the env's
             workspace quota (`workspace_quota_mb`, McpEnv's).
         partial_weight: Weight of the cell-accuracy component in the total (0: binary reward).
@@ -97,7 +102,7 @@ class SheetsEnv(McpEnv):
         """
         if not 0.0 <= partial_weight <= 1.0:
             raise ValueError(f"partial_weight must be in [0, 1], got {partial_weight}")
-        self.isolation: Isolation = choose(sandbox_level)
+        self.isolation: Isolation = choose(sandbox_level or self.sandbox_setting)
         if self.isolation.notice():
             _log.warning("%s", self.isolation.notice())
         self.sandbox_level, self.own_uid = self.isolation.level, self.isolation.own_uid
@@ -123,7 +128,7 @@ class SheetsEnv(McpEnv):
     def unavailable(cls, **env_kwargs: Any) -> Unavailable | None:
         """Says why, when ``run_python`` would refuse model code here (no sandbox keeps both promises)."""
         try:
-            isolation = choose(env_kwargs.get("sandbox_level"))
+            isolation = choose(env_kwargs.get("sandbox_level") or cls.sandbox_setting)
         except SandboxUnavailable as exc:
             fix = f"set {SANDBOX_ENV} (or the env's sandbox_level) to one of {', '.join(CHOICES)} that works here"
             return Unavailable(f"its sandbox setting cannot work here: {exc}", fix)
@@ -135,7 +140,7 @@ class SheetsEnv(McpEnv):
     def preflight(cls) -> str | None:
         """Says so when model code runs under an opted-out weaker sandbox."""
         try:
-            isolation = choose()
+            isolation = choose(cls.sandbox_setting)
         except SandboxUnavailable:
             return None  # `unavailable` says it
         return None if isolation.refuse_code else isolation.notice()

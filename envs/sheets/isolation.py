@@ -133,6 +133,6 @@ def choose(setting: str | None = None) -> Isolation:
 
 def _no_process_limit(level: Level) -> str:
     return (
-        f"sandbox level {level} works here only as root, and root has no process limit without a pids "
-        f"cgroup ({cgroup.parent()})"
+        f"sandbox level {level} runs here only as the worker's uid, root, and nothing bounds root's "
+        f"processes without a pids cgroup ({cgroup.parent()})"
     )

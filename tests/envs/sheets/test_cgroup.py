@@ -89,9 +89,7 @@ def test_none_acts_as_a_machine_without(monkeypatch: pytest.MonkeyPatch) -> None
     assert Guarantee.PROCESS_LIMIT in guarantees(Level.RLIMITS, own_uid=True)
 
 
-def test_without_a_cgroup_root_at_its_own_uid_runs_no_model_code(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_without_a_cgroup_bwrap_as_root_runs_no_model_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """bubblewrap that cannot drop the uid (the issue's failure) plus no cgroup: model code is refused."""
     if not is_root():
         pytest.skip("as another user RLIMIT_NPROC bounds every mode: nothing to refuse")
@@ -114,7 +112,7 @@ def test_without_a_cgroup_root_at_its_own_uid_runs_no_model_code(
     monkeypatch.setenv(cgroup.CGROUP_ENV, "none")
     refused = choose()
     assert refused.refuse_code and refused.fix == CGROUP_FIX
-    assert "no process limit" in refused.why
+    assert "nothing bounds root's processes without a pids cgroup" in refused.why
     from envs.sheets.env import SheetsEnv
 
     problem = SheetsEnv.unavailable()

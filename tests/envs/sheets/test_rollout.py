@@ -37,9 +37,7 @@ class UnsafeSheetsEnv(SheetsEnv):
     """The sheets env opted out of guaranteed isolation (what GYMFLOW_SANDBOX=unsafe-rlimits does)."""
 
     name = "sheets-unsafe"
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(sandbox_level="unsafe-rlimits", **kwargs)
+    sandbox_setting = "unsafe-rlimits"
 
 
 register(UnsafeSheetsEnv.name, UnsafeSheetsEnv)
@@ -59,6 +57,9 @@ async def test_reference_rollout_scores_one(client: Client, worker: RunningWorke
 async def test_an_opted_out_sandbox_is_recorded_on_the_trajectory(
     client: Client, worker: RunningWorker, tasks: list[Task]
 ) -> None:
+    problem = UnsafeSheetsEnv.unavailable()
+    if problem is not None:  # e.g. as root, no pids cgroup and an interpreter a sandbox uid cannot reach
+        pytest.skip(f"the opt-out cannot run model code here either: {problem}")
     result = await play(client, worker, NullPolicy(), env="sheets-unsafe", task=tasks[0])
     assert not result.infra_failed and result.reward is not None
     assert result.sandbox is not None and result.sandbox.startswith("GYMFLOW_SANDBOX=unsafe-rlimits")
