@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 from envs.sheets import cgroup
@@ -55,6 +56,15 @@ def sandboxed_programs() -> int:
             except OSError:
                 continue
     return count
+
+
+def programs_left(*, deadline_s: float = 5.0) -> int:
+    """Sandboxed programs still running once none are left or the deadline passes (killed ones
+    take a moment to exit)."""
+    deadline = time.monotonic() + deadline_s
+    while (left := sandboxed_programs()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
 
 
 def host_processes() -> int:

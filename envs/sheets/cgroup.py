@@ -8,6 +8,8 @@ run left behind, so they can all be killed.
 
 Design decisions:
 
+* Only runs as root get one (`envs.sheets.sandbox`): at any other uid RLIMIT_NPROC holds, and
+  moving a process into a cgroup has a price (in v1 an RCU grace period per move).
 * One cgroup per run, made under the cgroup this process is in (so a delegated subtree works: a
   container's, a systemd unit's with ``Delegate=yes``), named ``gymflow-run-<pid>-<n>``; after the
   run every task in it is killed and it is removed. Cgroups a dead process left behind are swept

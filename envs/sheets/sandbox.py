@@ -17,8 +17,8 @@ model-written code may run at the mode found is decided above this module, in
 not exist makes a machine without bubblewrap, for tests.
 
 Every level adds: rlimits (CPU seconds, address space, file size, processes, open files, no core
-files) applied by ``prlimit`` before anything runs, a pids cgroup of its own where the machine has
-one (`envs.sheets.cgroup`), a wall-clock timeout that kills the process group, output captured
+files) applied by ``prlimit`` before anything runs, a pids cgroup of its own where it runs as root
+(`envs.sheets.cgroup`), a wall-clock timeout that kills the process group, output captured
 to files (a program printing forever hits the file-size limit, never the caller's memory),
 ``python -I`` (no PYTHON* variables, no user site, the workspace is not on
 ``sys.path``, so a planted ``openpyxl.py`` is not imported) and a scrubbed environment.
@@ -33,11 +33,11 @@ Design decisions:
   so nothing the program left behind (a daemon that escaped the process group) survives it.
   Without root, the program runs as the caller's uid and the process limit is counted on top of
   the caller's own processes.
-* A pids cgroup per run, where this process can make one (v1 or v2): it bounds the run's tasks
-  whatever their uid, so a mode that runs the program as root (bwrap at the caller's uid, the
-  weaker levels where a sandbox uid cannot reach the interpreter) still promises
-  ``PROCESS_LIMIT``; without one, such a mode does not, and `envs.sheets.isolation` runs no model
-  code there. After each run every process left in the cgroup is killed and the cgroup removed.
+* A pids cgroup per run where the program runs as root (bwrap at the caller's uid, the weaker
+  levels where a sandbox uid cannot reach the interpreter) and this process can make one (v1 or
+  v2): it bounds the run's tasks whatever their uid, so such a mode still promises
+  ``PROCESS_LIMIT``; without one it does not, and `envs.sheets.isolation` runs no model code
+  there. After each run every process left in the cgroup is killed and the cgroup removed.
 * bwrap runs as root without a user namespace (a root-mapped user namespace would keep the
   processes' real uid 0 and with it the NPROC exemption), so parents of bind mounts are created
   explicitly with mode 0755: bwrap would make them 0700, unreadable once the uid is dropped.
@@ -279,21 +279,22 @@ class Sandbox:
             )
 
     def _cgroup(self, lim: Limits) -> cgroup.RunCgroup | None:
-        """The run's pids cgroup, where the machine has them.
+        """The run's pids cgroup when the program runs as root and the mode promises a process limit.
+
+        At any other uid RLIMIT_NPROC bounds the run and (as root) `confine.kill_uid` clears what
+        it leaves, so those runs skip the cgroup and the price of moving into it (in v1 an RCU
+        grace period, milliseconds to tens of them on a busy machine).
 
         Raises:
-            SandboxUnavailable: The process limit of this mode rests on the cgroup (the program
-                runs as root) and none could be made: the program must not run.
+            SandboxUnavailable: The mode's process limit rests on the cgroup and none could be
+                made: the program must not run.
         """
-        rests_on_it = self.uid is None and is_root() and Guarantee.PROCESS_LIMIT in self.guarantees
+        if self.uid is not None or not is_root() or Guarantee.PROCESS_LIMIT not in self.guarantees:
+            return None
         try:
             return cgroup.create(lim.processes + WRAPPER_TASKS[self.level])
         except OSError as exc:
-            if rests_on_it:
-                raise SandboxUnavailable(f"cannot make the run's pids cgroup, so nothing runs: {exc}") from exc
-            if cgroup.available():
-                _log.warning("a run goes without its pids cgroup (its uid's RLIMIT_NPROC still holds): %s", exc)
-            return None
+            raise SandboxUnavailable(f"cannot make the run's pids cgroup, so nothing runs: {exc}") from exc
 
     # -- command lines -------------------------------------------------------------------------
     def _command(self, workspace: Path, args: list[str], lim: Limits) -> tuple[list[str], dict[str, str], Path]:

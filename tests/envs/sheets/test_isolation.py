@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from process_census import SPAWN_200, UNBOUNDED, Census, sandboxed_programs
+from process_census import SPAWN_200, UNBOUNDED, Census, programs_left
 
 from envs.contract import Task, ToolResult
 from envs.sheets.confine import BWRAP_ENV
@@ -262,7 +262,7 @@ async def test_a_fork_bomb_through_run_python_is_contained(
         )
         assert bomb.is_error and ("16-process limit" in bomb.text or "wall-clock" in bomb.text), bomb.text
         assert seen.programs <= limits.processes
-        assert sandboxed_programs() == 0  # nothing of it outlives the call
+        assert programs_left() == 0  # nothing of it outlives the call
         after = await _call(env, "bomb", "run_python", code="print('still serving')")
         assert not after.is_error and "still serving" in after.text
     finally:

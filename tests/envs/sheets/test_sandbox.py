@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from process_census import SPAWN_200, UNBOUNDED, Census, leftover_cgroups, sandboxed_programs
+from process_census import SPAWN_200, UNBOUNDED, Census, leftover_cgroups, programs_left
 
 from envs.mcp.workspace import usage
 from envs.sheets import cgroup
@@ -215,7 +215,7 @@ def test_fork_bomb_is_stopped(sandbox: Sandbox, workspace: Path) -> None:
             assert "fork refused" in result.stdout
         else:  # a refused fork kills its process: the first to die may be the program's own
             assert result.timed_out or f"{limit}-process limit" in (result.problem() or ""), result
-        assert sandboxed_programs() == 0 and leftover_cgroups() == []  # nothing of it survives the run
+        assert programs_left() == 0 and leftover_cgroups() == []  # nothing of it survives the run
         if sandbox.uid is not None:
             assert uid_processes(sandbox.uid) == []
 
@@ -243,7 +243,7 @@ def test_nothing_outlives_a_run(sandbox: Sandbox, workspace: Path) -> None:
     assert result.ok and "parent done" in result.stdout
     # The escaped child left the process group, but not the run's cgroup (nor its uid): it was killed.
     if cgroup.available() or sandbox.uid is not None:
-        assert sandboxed_programs() == 0 and leftover_cgroups() == []
+        assert programs_left() == 0 and leftover_cgroups() == []
     if sandbox.uid is not None:
         assert uid_processes(sandbox.uid) == []
 
