@@ -22,7 +22,7 @@ from typing import IO
 SANDBOX_DIR = "/workspace"
 """Where the workspace appears inside a bwrap sandbox."""
 BWRAP_ENV = "GYMFLOW_BWRAP"
-"""The bubblewrap binary (default ``bwrap`` on the PATH); ``/nonexistent`` makes a machine without it."""
+"""The bubblewrap binary (default ``bwrap``, see `which`); ``/nonexistent`` makes a machine without it."""
 BWRAP_FIX = "install bubblewrap (apt-get install bubblewrap)"
 
 
@@ -151,7 +151,7 @@ def inside(path: str, root: str) -> bool:
 
 
 def bwrap_binary() -> str:
-    """The bubblewrap binary: $GYMFLOW_BWRAP when set, else ``bwrap`` from the PATH."""
+    """The bubblewrap binary: $GYMFLOW_BWRAP when set, else ``bwrap`` (see `which`)."""
     override = os.environ.get(BWRAP_ENV)
     if not override:
         try:

@@ -116,7 +116,7 @@ def choose(setting: str | None = None) -> Isolation:
         level, own_uid = detect(name.removeprefix(UNSAFE_PREFIX))
         if Guarantee.PROCESS_LIMIT not in guarantees(level, own_uid=own_uid):
             return Isolation(level, own_uid, refuse_code=True, why=_no_process_limit(level), fix=CGROUP_FIX)
-        return Isolation(level, own_uid, unsafe=True, why="" if level in GUARANTEEING else "not chosen")
+        return Isolation(level, own_uid, unsafe=True, why="not chosen")
     try:
         level, own_uid = detect(Level.BWRAP)
     except SandboxUnavailable as exc:
