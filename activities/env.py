@@ -194,7 +194,8 @@ class EnvActivities:
 
     def check_available(self, name: str) -> None:
         """Raise ENV_UNAVAILABLE (naming the node and the fix) when env `name` cannot work here."""
-        problem = self._class(name).unavailable(**self._kwargs(name))
+        built = self._envs.get(name)
+        problem = (type(built) if built is not None else self._class(name)).unavailable(**self._kwargs(name))
         if problem is not None:
             raise ApplicationError(f"{name} cannot work on node {self.node_id}: {problem}", type=errors.ENV_UNAVAILABLE)
 
