@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from envs.errors import UserError
 from envs.registry import EnvFileError, UnknownEnvError, env_class
 from workers import commands, logs
 from workers import server as embedded
@@ -270,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.flush()
             os._exit(code)
         return code
-    except (embedded.ServerError, UnknownEnvError, EnvFileError) as exc:
+    except (embedded.ServerError, UnknownEnvError, EnvFileError, UserError) as exc:
         print(f"gymflow: {exc}", file=sys.stderr)
         return 2
     except SettingsError as exc:
