@@ -10,7 +10,10 @@ Failure mapping (the contract's rule, applied at the boundary):
 * `ToolError` or any exception raised by a tool -> an error observation the model sees;
 * `RolloutNotFound` -> non-retryable ROLLOUT_NOT_FOUND, `InfraError` -> non-retryable ENV_ERROR:
   retrying on the same dead state is useless, the workflow recovers on a fresh instance;
-* bad env names/arguments -> non-retryable ENV_CONFIG; reward failures -> REWARD_ERROR.
+* bad env names/arguments -> non-retryable ENV_CONFIG; reward failures -> REWARD_ERROR;
+* an env that cannot work on this node (`BaseEnv.unavailable`) -> ENV_UNAVAILABLE, raised by
+  `init_rollout` before anything is built: retryable, since another node may have what this one
+  lacks; when the attempts are spent the rollout ends infra-failed ``env_unavailable``.
 """
 
 from __future__ import annotations
@@ -185,19 +188,31 @@ class EnvActivities:
         """The worker's instance of env `name`, created on first use."""
         env = self._envs.get(name)
         if env is None:
-            try:
-                cls = env_class(name)
-            except (UnknownEnvError, EnvFileError) as exc:
-                raise errors.non_retryable(str(exc), type=errors.ENV_CONFIG) from exc
-            kwargs = {**self._common_env_kwargs, **self._env_kwargs.get(name, {})}
-            env = cls(workspace_root=self.workspace_root / storage_name(name), **kwargs)
+            env = self._class(name)(workspace_root=self.workspace_root / storage_name(name), **self._kwargs(name))
             self._envs[name] = env
         return env
+
+    def check_available(self, name: str) -> None:
+        """Raise ENV_UNAVAILABLE (naming the node and the fix) when env `name` cannot work here."""
+        built = self._envs.get(name)
+        problem = (type(built) if built is not None else self._class(name)).unavailable(**self._kwargs(name))
+        if problem is not None:
+            raise ApplicationError(f"{name} cannot work on node {self.node_id}: {problem}", type=errors.ENV_UNAVAILABLE)
+
+    def _class(self, name: str) -> type[BaseEnv]:
+        try:
+            return env_class(name)
+        except (UnknownEnvError, EnvFileError) as exc:
+            raise errors.non_retryable(str(exc), type=errors.ENV_CONFIG) from exc
+
+    def _kwargs(self, name: str) -> dict[str, Any]:
+        return {**self._common_env_kwargs, **self._env_kwargs.get(name, {})}
 
     @activity.defn(name="init_rollout")
     async def init_rollout(self, input: InitRolloutInput) -> RolloutHandle:
         """Build the rollout's state on this node; answer with the node's queue."""
         log_context(input.env, rollout_id=input.rollout_id)
+        self.check_available(input.env)
         env = self.env(input.env)
         key = state_key(input.rollout_id, input.incarnation)
         try:

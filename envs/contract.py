@@ -13,6 +13,9 @@ dataset_preprocess/load_dataset), with two changes that matter for training:
   an error observation. An `InfraError` (a server died, a rollout's state is gone) is the
   system's problem: the rollout ends flagged `infra_failed` instead of scoring 0.
 * Rewards are named components validated as finite numbers; NaN or inf is an error.
+* An env says whether it can work on a node (`BaseEnv.unavailable`: a missing sandbox, binary,
+  image or credential). The CLI refuses to start one that cannot; a worker ends its rollouts
+  ``env_unavailable`` (infra-failed), so a node that cannot run an env never scores it 0.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import enum
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -225,6 +229,9 @@ class TerminationReason(enum.StrEnum):
     """The model endpoint failed after Temporal's retries (or refused the request)."""
     ENV_ERROR = "env_error"
     """The environment failed (server died, init failed) and could not be recovered."""
+    ENV_UNAVAILABLE = "env_unavailable"
+    """The env cannot work on the node that took the rollout (`BaseEnv.unavailable`: no code
+    sandbox, a missing binary, image or credential); the error names the fix."""
     NODE_LOST = "node_lost"
     """The worker node holding the rollout disappeared and the env cannot be rebuilt."""
     REWARD_ERROR = "reward_error"
@@ -243,6 +250,7 @@ _INFRA_REASONS = frozenset(
     {
         TerminationReason.MODEL_ERROR,
         TerminationReason.ENV_ERROR,
+        TerminationReason.ENV_UNAVAILABLE,
         TerminationReason.NODE_LOST,
         TerminationReason.REWARD_ERROR,
         TerminationReason.CANCELLED,
@@ -327,6 +335,19 @@ class RolloutNotFound(InfraError):
 
 class DatasetError(UserError, ValueError):
     """A dataset row is invalid; the message names the row (file:line) and the field."""
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """Why an env cannot work on this node, and what the operator does about it."""
+
+    reason: str
+    """What is missing, e.g. ``bubblewrap is not installed``."""
+    fix: str
+    """The remedy, e.g. ``apt-get install bubblewrap``."""
+
+    def __str__(self) -> str:
+        return f"{self.reason}. Fix: {self.fix}"
 
 
 class BaseEnv(ABC):
@@ -466,10 +487,27 @@ class BaseEnv(ABC):
         return None
 
     @classmethod
-    def preflight(cls) -> str | None:
-        """One line the CLI prints at start when this env cannot run as promised on this machine.
+    def unavailable(cls, **env_kwargs: Any) -> Unavailable | None:
+        """Why this env cannot work on this node, with the fix; None when it can.
 
-        E.g. no sandbox level here keeps model-written code from the answers. None when all is well.
+        Override it when the env needs something a node may lack (a code sandbox, a binary, a
+        container image, a credential) and check it cheaply (it runs before every rollout's init;
+        cache what is costly). `gymflow eval`/`rollout`/`demo` refuse to start an env that answers
+        here, and a worker ends the rollout infra-failed (``env_unavailable``) instead of scoring it.
+
+        Args:
+            **env_kwargs: The keyword arguments the worker builds the env with (its per-env
+                settings), for envs whose needs depend on them.
+        """
+        del env_kwargs
+        return None
+
+    @classmethod
+    def preflight(cls) -> str | None:
+        """One line the CLI prints at start when this env runs, but weaker than promised, here.
+
+        E.g. the operator opted out of the code sandbox's isolation. None when all is well (an env
+        that cannot work at all says so in `unavailable`).
         """
         return None
 

@@ -11,3 +11,7 @@ from __future__ import annotations
 
 class UserError(Exception):
     """An expected error whose message tells the user what to fix (the CLI exits 2 on it)."""
+
+
+class EnvUnavailableError(UserError):
+    """An env cannot work on this node (`envs.contract.BaseEnv.unavailable`); the message names the fix."""

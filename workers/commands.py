@@ -9,6 +9,7 @@ import math
 import sys
 from typing import Any
 
+from envs.errors import EnvUnavailableError
 from envs.registry import env_class
 from workers import server as embedded
 from workers.config import Settings
@@ -69,9 +70,19 @@ def codec_server(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def preflight(env: str) -> None:
-    """Say once, at start, what keeps `env` from running as promised here (e.g. no code sandbox)."""
-    notice = env_class(env).preflight()
+def preflight(env: str, *, local_worker: bool = True) -> None:
+    """Refuse an env that cannot work on this node when this command runs its rollouts here, and
+    say once what weakens it (e.g. an opted-out code sandbox).
+
+    Raises:
+        EnvUnavailableError: `local_worker` and the env cannot work here; the message names the fix.
+    """
+    cls = env_class(env)
+    if local_worker:  # with --no-worker the rollouts run on other nodes, which answer for themselves
+        problem = cls.unavailable()
+        if problem is not None:
+            raise EnvUnavailableError(f"{env} cannot work on this node: {problem}")
+    notice = cls.preflight()
     if notice:
         print(f"gymflow: {notice}", file=sys.stderr)
 
@@ -88,7 +99,7 @@ def check_policies(env: str, *policies: str | None) -> None:
 def batch(args: argparse.Namespace, settings: Settings) -> int:
     from workers.runner import BatchOptions, format_table, run_batch
 
-    preflight(args.env)
+    preflight(args.env, local_worker=not getattr(args, "no_worker", False))
     check_policies(args.env, None if args.model_url else args.policy)
     options = BatchOptions(
         env=args.env,
@@ -123,7 +134,7 @@ def batch(args: argparse.Namespace, settings: Settings) -> int:
 def evaluate(args: argparse.Namespace, settings: Settings) -> int:
     from workers.evaluate import EvalOptions, format_summary, run_eval
 
-    preflight(args.env)
+    preflight(args.env, local_worker=not args.no_worker)
     check_policies(args.env, args.policy, args.baseline)
     options = EvalOptions(
         env=args.env,

@@ -148,6 +148,8 @@ class RolloutEnv:
         except ActivityError as exc:
             if error_type(exc) == errors.ENV_CONFIG:
                 raise ApplicationError(describe(exc), type=errors.INVALID_INPUT, non_retryable=True) from exc
+            if error_type(exc) == errors.ENV_UNAVAILABLE:  # every attempt found a node that lacks it
+                raise Stop(TerminationReason.ENV_UNAVAILABLE, describe(exc)) from exc
             raise Stop(TerminationReason.ENV_ERROR, describe(exc)) from exc
         self.sandbox = self.sandbox or handle.sandbox
         return handle

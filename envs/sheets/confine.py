@@ -22,7 +22,7 @@ from typing import IO
 SANDBOX_DIR = "/workspace"
 """Where the workspace appears inside a bwrap sandbox."""
 BWRAP_ENV = "GYMFLOW_BWRAP"
-"""The bubblewrap binary (default ``bwrap`` on the PATH); ``/nonexistent`` makes a machine without it."""
+"""The bubblewrap binary (default ``bwrap``, see `which`); ``/nonexistent`` makes a machine without it."""
 BWRAP_FIX = "install bubblewrap (apt-get install bubblewrap)"
 
 
@@ -151,7 +151,7 @@ def inside(path: str, root: str) -> bool:
 
 
 def bwrap_binary() -> str:
-    """The bubblewrap binary: $GYMFLOW_BWRAP when set, else ``bwrap`` from the PATH."""
+    """The bubblewrap binary: $GYMFLOW_BWRAP when set, else ``bwrap`` (see `which`)."""
     override = os.environ.get(BWRAP_ENV)
     if not override:
         try:
@@ -163,12 +163,23 @@ def bwrap_binary() -> str:
     return override
 
 
+SYSTEM_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
+
+
 def which(tool: str) -> str:
-    """The path of `tool`, looking in the system directories too."""
-    found = shutil.which(tool) or shutil.which(tool, path="/usr/bin:/bin:/usr/sbin:/sbin")
+    """The real path of `tool`: from the system directories first, then the PATH.
+
+    A sandbox does not take its tools from whatever PATH the worker inherited before the system's,
+    and a tool found through a symlink (toolchain shims, some CI images put a directory of them
+    first) is named by the file it points to: ``setpriv`` runs inside bwrap, where only what
+    `runtime_paths` binds exists, and that is the real file. A symlink to a multi-call binary
+    (busybox) keeps its own name, which selects the tool.
+    """
+    found = shutil.which(tool, path=SYSTEM_PATH) or shutil.which(tool)
     if found is None:
         raise SandboxUnavailable(f"{tool} is not installed")
-    return found
+    real = os.path.realpath(found)
+    return real if os.path.basename(real) == tool else os.path.abspath(found)
 
 
 # -- processes and files -----------------------------------------------------------------------

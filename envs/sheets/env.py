@@ -10,9 +10,11 @@ Design decisions:
 * The sandbox policy (`envs.sheets.isolation`: level, own uid, whether model code may run) is
   chosen once per worker, when the env is built, and passed to every server on its command line,
   so servers start without probing and all rollouts of a worker are isolated alike. Without a
-  level that guarantees isolation (bubblewrap), ``run_python`` refuses with the fix named;
-  ``sandbox_level="unsafe-unshare"`` (or ``GYMFLOW_SANDBOX``) runs model code anyway, and every
-  trajectory records it. A named level that is unavailable fails the env's construction.
+  mode that guarantees isolation and a process limit (bubblewrap; as root, a dropped uid or a
+  pids cgroup), the env cannot work on this node (`unavailable`, naming the fix): the CLI refuses
+  to start it and a worker ends its rollouts ``env_unavailable``, never a score of 0 for refused
+  code. ``sandbox_level="unsafe-unshare"`` (or ``GYMFLOW_SANDBOX``) runs model code anyway, and
+  every trajectory records it. A named level that is unavailable fails the env's construction.
 * Replayable: the workspace is a function of the input and the tool calls (programs that read the
   clock or randomness aside), so after a lost node the workflow rebuilds it by re-running them.
 * Tool timeouts: the server's per-call limit is the sandbox wall time plus a margin, so the
@@ -26,13 +28,13 @@ import dataclasses
 import logging
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from envs.contract import Message, Reward, Task
+from envs.contract import Message, Reward, Task, Unavailable
 from envs.mcp.env import McpEnv
 from envs.mcp.workspace import DEFAULT_QUOTA_MB
 from envs.sheets.data import INPUT_NAME, OUTPUT_NAME, input_bytes, load_generated, load_spreadsheetbench
-from envs.sheets.isolation import Isolation, choose
+from envs.sheets.isolation import CHOICES, SANDBOX_ENV, Isolation, choose
 from envs.sheets.rewards import expected_from, extract_output, score
 from envs.sheets.sandbox import Guarantee, Level, Limits, SandboxUnavailable, guarantees
 
@@ -76,6 +78,10 @@ class SheetsEnv(McpEnv):
     cpu_bound = True
     mcp_servers = {"sheets": {"command": "python", "args": ["-m", SERVER_MODULE]}}
     policies = {"reference": "envs.sheets.policy:ReferencePolicy"}  # runs generated tasks' reference programs
+    sandbox_setting: ClassVar[str | None] = None
+    """The sandbox policy when the constructor gets no ``sandbox_level`` (None: $GYMFLOW_SANDBOX). A
+    subclass that fixes its policy sets it here, where `unavailable` (asked before any instance
+    exists) sees it too."""
 
     def __init__(
         self,
@@ -87,7 +93,8 @@ class SheetsEnv(McpEnv):
     ) -> None:
         """Args:
         sandbox_level: ``auto``, ``bwrap``, ``unsafe-unshare``, ``unsafe-rlimits`` (see
-            `envs.sheets.isolation`), or None for $GYMFLOW_SANDBOX (default ``auto``).
+            `envs.sheets.isolation`), or None for `sandbox_setting`, else $GYMFLOW_SANDBOX
+            (default ``auto``).
         limits: Limits of each code run (default `Limits()`); its `workspace_mb` is the env's
             workspace quota (`workspace_quota_mb`, McpEnv's).
         partial_weight: Weight of the cell-accuracy component in the total (0: binary reward).
@@ -95,7 +102,7 @@ class SheetsEnv(McpEnv):
         """
         if not 0.0 <= partial_weight <= 1.0:
             raise ValueError(f"partial_weight must be in [0, 1], got {partial_weight}")
-        self.isolation: Isolation = choose(sandbox_level)
+        self.isolation: Isolation = choose(sandbox_level or self.sandbox_setting)
         if self.isolation.notice():
             _log.warning("%s", self.isolation.notice())
         self.sandbox_level, self.own_uid = self.isolation.level, self.isolation.own_uid
@@ -118,12 +125,25 @@ class SheetsEnv(McpEnv):
         return self.isolation.record()
 
     @classmethod
-    def preflight(cls) -> str | None:
-        """Says so when model code will be refused, or run under an opted-out weaker sandbox."""
+    def unavailable(cls, **env_kwargs: Any) -> Unavailable | None:
+        """Says why, when ``run_python`` would refuse model code here (no sandbox keeps both promises)."""
         try:
-            return choose().notice()
+            isolation = choose(env_kwargs.get("sandbox_level") or cls.sandbox_setting)
         except SandboxUnavailable as exc:
-            return f"sheets: {exc}"
+            fix = f"set {SANDBOX_ENV} (or the env's sandbox_level) to one of {', '.join(CHOICES)} that works here"
+            return Unavailable(f"its sandbox setting cannot work here: {exc}", fix)
+        if isolation.refuse_code:
+            return Unavailable(f"run_python would refuse model code: {isolation.why}", isolation.fix)
+        return None
+
+    @classmethod
+    def preflight(cls) -> str | None:
+        """Says so when model code runs under an opted-out weaker sandbox."""
+        try:
+            isolation = choose(cls.sandbox_setting)
+        except SandboxUnavailable:
+            return None  # `unavailable` says it
+        return None if isolation.refuse_code else isolation.notice()
 
     async def init_rollout(self, rollout_id: str, **rollout_args: Any) -> None:
         """Stage the task's input workbook (``input_path``, ``generator``) as input.xlsx and start the server."""

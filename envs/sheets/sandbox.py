@@ -17,9 +17,10 @@ model-written code may run at the mode found is decided above this module, in
 not exist makes a machine without bubblewrap, for tests.
 
 Every level adds: rlimits (CPU seconds, address space, file size, processes, open files, no core
-files) applied by ``prlimit`` before anything runs, a wall-clock timeout that kills the process
-group, output captured to files (a program printing forever hits the file-size limit, never the
-caller's memory), ``python -I`` (no PYTHON* variables, no user site, the workspace is not on
+files) applied by ``prlimit`` before anything runs, a pids cgroup of its own where it runs as root
+(`envs.sheets.cgroup`), a wall-clock timeout that kills the process group, output captured
+to files (a program printing forever hits the file-size limit, never the caller's memory),
+``python -I`` (no PYTHON* variables, no user site, the workspace is not on
 ``sys.path``, so a planted ``openpyxl.py`` is not imported) and a scrubbed environment.
 
 Design decisions:
@@ -32,14 +33,19 @@ Design decisions:
   so nothing the program left behind (a daemon that escaped the process group) survives it.
   Without root, the program runs as the caller's uid and the process limit is counted on top of
   the caller's own processes.
+* A pids cgroup per run where the program runs as root (bwrap at the caller's uid, the weaker
+  levels where a sandbox uid cannot reach the interpreter) and this process can make one (v1 or
+  v2): it bounds the run's tasks whatever their uid, so such a mode still promises
+  ``PROCESS_LIMIT``; without one it does not, and `envs.sheets.isolation` runs no model code
+  there. After each run every process left in the cgroup is killed and the cgroup removed.
 * bwrap runs as root without a user namespace (a root-mapped user namespace would keep the
   processes' real uid 0 and with it the NPROC exemption), so parents of bind mounts are created
   explicitly with mode 0755: bwrap would make them 0700, unreadable once the uid is dropped.
 * A mode is a level plus whether the uid is dropped. Below bwrap, a dropped uid must reach the
   interpreter on the real filesystem; where it cannot (a pyenv Python under a 0700 /root, as on
   this project's machines) the probe (which imports the stdlib and openpyxl) fails and the next
-  mode is tried, ending with the caller's uid: no process limit, no private files, said so in
-  `guarantees`.
+  mode is tried, ending with the caller's uid: no private files (and, as root without a pids
+  cgroup, no process limit), said so in `guarantees`. A mode passed over is logged once, with why.
 * The workspace is chowned to the sandbox uid before each run (not following symlinks, skipping
   hard-linked files), because files are staged into it by the worker after the server started.
 * Which guarantees hold is data (`Sandbox.guarantees`), so tests assert exactly those of the
@@ -50,22 +56,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import enum
 import itertools
+import logging
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from envs.mcp.workspace import usage
-from envs.sheets import confine
+from envs.sheets import cgroup, confine
 from envs.sheets.confine import SANDBOX_DIR, Limits, SandboxUnavailable
+from envs.sheets.runs import WRAPPER_TASKS, Guarantee, Level, RunResult
 
 __all__ = ["SANDBOX_DIR", "Guarantee", "Level", "Limits", "RunResult", "Sandbox", "SandboxUnavailable", "detect"]
 
@@ -74,94 +79,15 @@ REQUIRE_ENV = "GYMFLOW_SANDBOX_REQUIRE"
 MB = 1024 * 1024
 UID_BASE = 1 << 30
 """Sandbox uids are allocated in [2**30, 2**31): far from real users and subuid ranges."""
-
-
-class Level(enum.StrEnum):
-    """Isolation levels, strongest first."""
-
-    BWRAP = "bwrap"
-    UNSHARE = "unshare"
-    RLIMITS = "rlimits"
-
-
-class Guarantee(enum.StrEnum):
-    """What a sandboxed program cannot do."""
-
-    LIMITS = "limits"
-    """CPU time, memory, file size, open files and wall time are bounded."""
-    PROCESS_LIMIT = "process_limit"
-    """The number of processes and threads is bounded (RLIMIT_NPROC is not enforced for root)."""
-    NO_NETWORK = "no_network"
-    """Own network namespace: no interface but loopback."""
-    PID_ISOLATED = "pid_isolated"
-    """Own pid namespace: other processes are invisible and cannot be signalled."""
-    PRIVATE_FILES = "private_files"
-    """Files that are not world-readable (the answer cache) cannot be read."""
-    FS_CONFINED = "fs_confined"
-    """Nothing outside the workspace exists for it but the read-only Python runtime."""
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """What one sandboxed run did."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    duration_ms: float
-    level: Level
-    limits: Limits
-    timed_out: bool = False
-    cpu_s: float = 0.0
-    """CPU seconds the run used, all its processes together."""
-    over_quota: bool = False
-    """Stopped because the workspace grew past its disk quota (`Limits.workspace_mb`)."""
-
-    @property
-    def signal(self) -> int | None:
-        """The signal that killed the program, if one did (wrappers report 128+N)."""
-        if self.returncode < 0:
-            return -self.returncode
-        if self.returncode > 128 and self.level is not Level.RLIMITS:
-            return self.returncode - 128
-        return None
-
-    @property
-    def ok(self) -> bool:
-        """Exited with status 0 within the limits."""
-        return self.returncode == 0 and not self.timed_out and not self.over_quota
-
-    def problem(self) -> str | None:
-        """Why the run failed, in words the model can act on; None when it succeeded."""
-        lim, sig, tail = self.limits, self.signal, self.stderr[-2000:]
-        if self.timed_out:
-            return f"stopped: the program ran longer than the {lim.wall_s:g}s wall-clock limit"
-        if self.over_quota:
-            return f"stopped: the workspace grew past its {lim.workspace_mb} MB disk quota; delete files to go on"
-        # Died of an uncaught MemoryError: that is the cause, even when the CPU limit (filling
-        # pages costs CPU) struck while the traceback was being printed.
-        if tail.rstrip().endswith("MemoryError"):
-            return f"out of memory: the {lim.memory_mb} MB memory limit was reached"
-        if sig == signal.SIGXCPU or (self.returncode != 0 and self.cpu_s >= lim.cpu_s - 0.05):
-            return f"stopped: CPU time limit of {lim.cpu_s}s exceeded"
-        if sig == signal.SIGXFSZ or "File too large" in tail:
-            return f"stopped: a file (or the output) grew past the {lim.file_mb} MB limit"
-        if sig == signal.SIGKILL:
-            return "killed: the program hit a resource limit (CPU time, memory or processes)"
-        if sig is not None:
-            return f"killed by signal {signal.Signals(sig).name}"
-        if "MemoryError" in tail:
-            return f"out of memory: the {lim.memory_mb} MB memory limit was reached"
-        if "Resource temporarily unavailable" in tail:
-            return f"the {lim.processes}-process limit was reached"
-        if self.returncode != 0:
-            return f"the program exited with status {self.returncode}"
-        return None
+_log = logging.getLogger(__name__)
 
 
 _probe_lock = threading.Lock()
-_probes: dict[tuple[Level, bool, str], str | None] = {}
-"""(level, own uid, $GYMFLOW_BWRAP) -> None when it works here, else why not (probed once per process)."""
+_probes: dict[tuple[Level, bool, str, str], str | None] = {}
+"""(level, own uid, $GYMFLOW_BWRAP, $GYMFLOW_PIDS_CGROUP) -> None when it works here, else why not
+(probed once per process)."""
+_passed_over: set[tuple[Level, bool, str]] = set()
+"""Modes `detect` passed over and logged, with the reason (each is logged once per process)."""
 _uid_counter = itertools.count()
 
 
@@ -178,7 +104,7 @@ def allocate_uid() -> int:
 def guarantees(level: Level, *, own_uid: bool) -> frozenset[Guarantee]:
     """The guarantees of a mode (own_uid: the program runs as its own unprivileged uid)."""
     result = {Guarantee.LIMITS}
-    if own_uid or not is_root():
+    if own_uid or not is_root() or cgroup.available():
         result.add(Guarantee.PROCESS_LIMIT)
     if own_uid:
         result.add(Guarantee.PRIVATE_FILES)
@@ -191,7 +117,7 @@ def guarantees(level: Level, *, own_uid: bool) -> frozenset[Guarantee]:
 
 def probe(level: Level, *, own_uid: bool) -> str | None:
     """None when `level` works here (own_uid: dropping to a sandbox uid), else why not (cached)."""
-    key = (level, own_uid, os.environ.get(confine.BWRAP_ENV, ""))
+    key = (level, own_uid, os.environ.get(confine.BWRAP_ENV, ""), os.environ.get(cgroup.CGROUP_ENV, ""))
     with _probe_lock:
         if key not in _probes:
             _probes[key] = _probe(level, own_uid)
@@ -212,8 +138,11 @@ def modes() -> list[tuple[Level, bool]]:
     ]
 
 
-def detect(requested: str | Level | None = None) -> tuple[Level, bool]:
+def detect(requested: str | Level | None = None, *, log_level: int = logging.WARNING) -> tuple[Level, bool]:
     """The mode to use: the best that works, of level `requested` if one is named.
+
+    Each mode passed over on the way to the one returned is logged once per process, with why, at
+    `log_level` (a fallback the operator should hear of; the reasons of a failure are in the error).
 
     Raises:
         SandboxUnavailable: No mode of the named level (or none at all) works here.
@@ -227,15 +156,32 @@ def detect(requested: str | Level | None = None) -> tuple[Level, bool]:
             raise SandboxUnavailable(
                 f"unknown sandbox level {name!r}; choose bwrap, unshare, rlimits or auto"
             ) from None
-    reasons = []
+    failed: dict[str, list[tuple[Level, bool]]] = {}  # reason -> the modes that failed for it
     for level, own_uid in modes():
         if wanted is not None and level is not wanted:
             continue
         reason = probe(level, own_uid=own_uid)
         if reason is None:
+            _log_passed_over(failed, (level, own_uid), log_level)
             return level, own_uid
-        reasons.append(f"{level}{' (own uid)' if own_uid else ''}: {reason}")
+        failed.setdefault(reason, []).append((level, own_uid))
+    reasons = [f"{', '.join(_mode_name(*mode) for mode in modes)}: {why}" for why, modes in failed.items()]
     raise SandboxUnavailable("no sandbox mode works here: " + "; ".join(reasons))
+
+
+def _mode_name(level: Level, own_uid: bool) -> str:
+    return f"{level}{' (own uid)' if own_uid else ' (caller uid)' if is_root() else ''}"
+
+
+def _log_passed_over(failed: dict[str, list[tuple[Level, bool]]], chosen: tuple[Level, bool], level: int) -> None:
+    for reason, passed in failed.items():
+        for mode in passed:
+            with _probe_lock:
+                first = (*mode, reason) not in _passed_over
+                _passed_over.add((*mode, reason))
+            if first:
+                names = _mode_name(*mode), _mode_name(*chosen)
+                _log.log(level, "sandbox mode %s passed over for %s: %s", *names, reason)
 
 
 class Sandbox:
@@ -298,18 +244,26 @@ class Sandbox:
                 lim = dataclasses.replace(lim, file_mb=min(lim.file_mb, left_mb))
                 over = lambda: usage(workspace) > bound  # noqa: E731 - a closure over the bound
             command, env, cwd = self._command(workspace, list(args), lim)
+            run_cgroup = self._cgroup(lim)
             started = time.perf_counter()
-            proc = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=cwd, env=env, start_new_session=True
-            )
-            if self.nice > 0:
-                with contextlib.suppress(OSError):  # gone already
-                    own = os.getpriority(os.PRIO_PROCESS, 0)
-                    os.setpriority(os.PRIO_PROCESS, proc.pid, min(19, own + self.nice))
-            threading.Thread(target=confine.feed, args=(proc, code.encode()), daemon=True).start()
-            timed_out, over_quota, cpu_s = confine.wait(proc, lim.wall_s, over=over)
-            if self.uid is not None:
-                confine.kill_uid(self.uid)
+            try:
+                if run_cgroup is not None:
+                    command = [*run_cgroup.enter(), *command]
+                proc = subprocess.Popen(
+                    command, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=cwd, env=env, start_new_session=True
+                )
+                if self.nice > 0:
+                    with contextlib.suppress(OSError):  # gone already
+                        own = os.getpriority(os.PRIO_PROCESS, 0)
+                        os.setpriority(os.PRIO_PROCESS, proc.pid, min(19, own + self.nice))
+                threading.Thread(target=confine.feed, args=(proc, code.encode()), daemon=True).start()
+                timed_out, over_quota, cpu_s = confine.wait(proc, lim.wall_s, over=over)
+                if self.uid is not None:
+                    confine.kill_uid(self.uid)
+                peak, refused = (run_cgroup.peak(), run_cgroup.refused()) if run_cgroup else (None, 0)
+            finally:
+                if run_cgroup is not None:
+                    run_cgroup.close()  # kills whatever the run left, wherever it went
             return RunResult(
                 returncode=proc.returncode,
                 stdout=confine.read_bounded(out, lim.output_chars),
@@ -320,7 +274,27 @@ class Sandbox:
                 timed_out=timed_out,
                 cpu_s=cpu_s,
                 over_quota=over_quota,
+                peak_tasks=peak,
+                forks_refused=refused,
             )
+
+    def _cgroup(self, lim: Limits) -> cgroup.RunCgroup | None:
+        """The run's pids cgroup when the program runs as root and the mode promises a process limit.
+
+        At any other uid RLIMIT_NPROC bounds the run and (as root) `confine.kill_uid` clears what
+        it leaves, so those runs skip the cgroup and the price of moving into it (in v1 an RCU
+        grace period, milliseconds to tens of them on a busy machine).
+
+        Raises:
+            SandboxUnavailable: The mode's process limit rests on the cgroup and none could be
+                made: the program must not run.
+        """
+        if self.uid is not None or not is_root() or Guarantee.PROCESS_LIMIT not in self.guarantees:
+            return None
+        try:
+            return cgroup.create(lim.processes + WRAPPER_TASKS[self.level])
+        except OSError as exc:
+            raise SandboxUnavailable(f"cannot make the run's pids cgroup, so nothing runs: {exc}") from exc
 
     # -- command lines -------------------------------------------------------------------------
     def _command(self, workspace: Path, args: list[str], lim: Limits) -> tuple[list[str], dict[str, str], Path]:

@@ -9,6 +9,9 @@ Design decisions:
   ``describe_workbook``, ``read_range`` and ``write_cells`` run `envs.sheets.book` there too, so
   this process never parses a file the model could have written. One sandbox (one uid) per
   server, one run at a time.
+* ``run_python`` runs model code only in a sandbox that bounds its processes
+  (``Guarantee.PROCESS_LIMIT``), whatever the worker decided: a server whose sandbox lacks it
+  (e.g. its pids cgroup is gone) refuses, naming the fix.
 * Errors are observations: a program that fails, times out or hits a limit, a bad path, a missing
   sheet, a broken workbook all raise ``ToolError`` (an ``is_error`` result naming the cause), and
   the server goes on serving the rollout.
@@ -34,10 +37,12 @@ from envs.mcp.workspace import WorkspaceError, resolve_inside
 from envs.sheets import book
 from envs.sheets.data import INPUT_NAME, OUTPUT_NAME
 from envs.sheets.isolation import REFUSAL
-from envs.sheets.sandbox import Limits, RunResult, Sandbox
+from envs.sheets.sandbox import Guarantee, Limits, RunResult, Sandbox
 
 MAX_CODE_CHARS = 100_000
 """Longest program `run_python` accepts."""
+CODE_NEEDS = frozenset({Guarantee.LIMITS, Guarantee.PROCESS_LIMIT})
+"""What a sandbox must promise before model code runs in it (isolation is the worker's decision)."""
 
 server = MCPServer(
     "sheets",
@@ -119,7 +124,7 @@ async def run_python(code: str) -> str:
     Args:
         code: The program's source.
     """
-    if _refuse_code[0]:
+    if _refuse_code[0] or not sandbox().guarantees >= CODE_NEEDS:
         raise ToolError(REFUSAL)
     if len(code) > MAX_CODE_CHARS:
         raise ToolError(f"the program is {len(code)} characters; at most {MAX_CODE_CHARS} are accepted")

@@ -6,8 +6,10 @@ world-readable copy of it (as a SpreadsheetBench checkout would be), another rol
 workspace, `/proc/<pid>/environ` of the worker and of a process holding an API key, files
 outside its workspace, and the network: every attempt fails. A mode the machine lacks skips,
 naming what is missing; .ci/run (GYMFLOW_SANDBOX_REQUIRE=bwrap) turns that skip into a failure.
-Without a guaranteeing level (forced with GYMFLOW_BWRAP=/nonexistent) `run_python` refuses with
-the fix named, and the opt-out is recorded.
+Without a guaranteeing level (forced with GYMFLOW_BWRAP=/nonexistent) the env says it cannot work
+here, the CLI refuses to start it, `run_python` refuses with the fix named, and the opt-out is
+recorded. At every mode model code may run in, opted-out ones included, a fork bomb sent through
+`run_python` stays within the process limit, and nothing of it outlives the call.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from process_census import SPAWN_200, UNBOUNDED, Census, programs_left
 
 from envs.contract import Task, ToolResult
 from envs.sheets.confine import BWRAP_ENV
 from envs.sheets.env import SheetsEnv, server_config
 from envs.sheets.isolation import SANDBOX_ENV, choose
-from envs.sheets.sandbox import REQUIRE_ENV, Level, Limits, is_root, probe
+from envs.sheets.sandbox import REQUIRE_ENV, Guarantee, Level, Limits, guarantees, is_root, probe
 
 REPO = Path(__file__).resolve().parents[3]
 MARKER = "gymflow-isolation-secret-7d1f"
@@ -164,9 +167,11 @@ async def test_without_a_guaranteeing_level_run_python_refuses_naming_the_fix(
     monkeypatch.delenv(SANDBOX_ENV, raising=False)
     isolation = choose()
     assert isolation.refuse_code and isolation.level is not Level.BWRAP
-    notice = SheetsEnv.preflight()
-    assert notice is not None and "apt-get install bubblewrap" in notice and "unsafe-unshare" in notice
-    env = SheetsEnv(workspace_root=tmp_path, pool_size=0)
+    problem = SheetsEnv.unavailable()
+    assert problem is not None and "apt-get install bubblewrap" in problem.fix and "unsafe-unshare" in problem.fix
+    assert "bubblewrap" in problem.reason
+    assert SheetsEnv.preflight() is None  # not a warning: the env cannot work, and `unavailable` says so
+    env = SheetsEnv(workspace_root=tmp_path, pool_size=0)  # driven directly, run_python still refuses
     assert env.isolation_record() is None  # refusing is not an opt-out: nothing ran
     task = tasks[1]
     await env.init_rollout("refused", **task.init_args)
@@ -188,7 +193,11 @@ def test_weaker_levels_need_the_explicit_opt_out(monkeypatch: pytest.MonkeyPatch
         with pytest.raises(Exception, match="only bwrap guarantees isolation"):
             choose(bare)
     opted = choose("unsafe-rlimits")
-    assert opted.unsafe and not opted.refuse_code and opted.level is Level.RLIMITS
+    assert opted.level is Level.RLIMITS
+    if Guarantee.PROCESS_LIMIT not in guarantees(opted.level, own_uid=opted.own_uid):
+        assert opted.refuse_code and "pids cgroup" in opted.fix  # an opt-out still bounds processes
+        return
+    assert opted.unsafe and not opted.refuse_code
     record = opted.record()
     assert record is not None and record.startswith(f"{SANDBOX_ENV}=unsafe-rlimits") and "fs_confined" in record
     monkeypatch.setenv(SANDBOX_ENV, "unsafe-rlimits")
@@ -196,13 +205,66 @@ def test_weaker_levels_need_the_explicit_opt_out(monkeypatch: pytest.MonkeyPatch
     assert notice is not None and "WARNING" in notice and "unsafe-rlimits" in notice
 
 
-def test_the_cli_says_so_once_at_start(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from workers.commands import preflight as _preflight
+def test_the_cli_refuses_an_env_that_cannot_work_here(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from workers.cli import main
 
     monkeypatch.setenv(BWRAP_ENV, "/nonexistent")
     monkeypatch.delenv(SANDBOX_ENV, raising=False)
-    _preflight("sheets")
-    _preflight("math")  # runs no model code: nothing to say
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("gymflow: sheets: run_python will refuse model code")
-    assert "apt-get install bubblewrap" in err
+    for argv in (["eval", "sheets", "--n", "2"], ["rollout", "sheets"], ["demo", "sheets"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("gymflow: sheets cannot work on this node:"), err
+        assert "bubblewrap" in err and "Fix: install bubblewrap (apt-get install bubblewrap)" in err
+    monkeypatch.setenv(SANDBOX_ENV, "unsafe-rlimits")  # the opt-out still runs: a warning, no refusal
+    from workers.commands import preflight
+
+    if SheetsEnv.unavailable() is None:
+        preflight("sheets")
+        assert capsys.readouterr().err.startswith("gymflow: WARNING: isolation opted out")
+    preflight("math")  # runs no model code: nothing to say
+    assert capsys.readouterr().err == ""
+
+
+EVERY_MODE = [(level, own) for level in Level for own in (True, False)]
+
+
+@pytest.mark.parametrize(
+    ("level", "own_uid"), EVERY_MODE, ids=[f"{lv}-{'own' if own else 'caller'}-uid" for lv, own in EVERY_MODE]
+)
+async def test_a_fork_bomb_through_run_python_is_contained(
+    level: Level, own_uid: bool, tmp_path: Path, tasks: list[Task]
+) -> None:
+    """Every mode model code may run in (bwrap; unshare and rlimits behind the opt-out)."""
+    if own_uid and not is_root():
+        pytest.skip("dropping to a sandbox uid needs root")
+    reason = probe(level, own_uid=own_uid)
+    if reason is not None:
+        pytest.skip(f"mode {level} ({'own' if own_uid else 'caller'} uid) does not work here: {reason}")
+    if Guarantee.PROCESS_LIMIT not in guarantees(level, own_uid=own_uid):
+        pytest.skip(f"{level} at the caller's uid promises no process limit here: no fork bomb is sent to it")
+    limits = Limits(cpu_s=2, wall_s=5.0, processes=16)
+    servers = server_config(level=level, own_uid=own_uid, limits=limits)
+    env = SheetsEnv(workspace_root=tmp_path, pool_size=0, servers=servers)
+    await env.init_rollout("bomb", **tasks[0].init_args)
+    try:
+        with Census() as seen:
+            bounded = await _call(env, "bomb", "run_python", code=SPAWN_200)
+        assert not bounded.is_error and "started" in bounded.text, bounded.text
+        started = int(bounded.text.split("started", 1)[1].split()[0])
+        assert 0 < started < limits.processes and seen.programs <= limits.processes
+        with Census() as seen:
+            bomb = await _call(env, "bomb", "run_python", code=UNBOUNDED)
+        print(
+            f"{level} ({'own' if own_uid else 'caller'} uid) through run_python: at most {seen.programs} sandboxed "
+            f"programs (limit {limits.processes}); host processes {seen.baseline} -> at most {seen.host}"
+        )
+        assert bomb.is_error and ("16-process limit" in bomb.text or "wall-clock" in bomb.text), bomb.text
+        assert seen.programs <= limits.processes
+        assert programs_left() == 0  # nothing of it outlives the call
+        after = await _call(env, "bomb", "run_python", code="print('still serving')")
+        assert not after.is_error and "still serving" in after.text
+    finally:
+        await env.release_rollout("bomb")
+        await env.shutdown()

@@ -11,8 +11,10 @@ from temporalio.client import Client
 from envs.contract import Message, Task, TerminationReason
 from envs.policy import NullPolicy
 from envs.registry import register
+from envs.sheets.confine import BWRAP_ENV
 from envs.sheets.env import SheetsEnv
 from envs.sheets.generate import spec
+from envs.sheets.isolation import SANDBOX_ENV
 from envs.sheets.policy import ReferencePolicy
 from envs.sheets.sandbox import Guarantee, Limits
 from support import ScriptedPolicy, call, play
@@ -35,9 +37,7 @@ class UnsafeSheetsEnv(SheetsEnv):
     """The sheets env opted out of guaranteed isolation (what GYMFLOW_SANDBOX=unsafe-rlimits does)."""
 
     name = "sheets-unsafe"
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(sandbox_level="unsafe-rlimits", **kwargs)
+    sandbox_setting = "unsafe-rlimits"
 
 
 register(UnsafeSheetsEnv.name, UnsafeSheetsEnv)
@@ -57,6 +57,9 @@ async def test_reference_rollout_scores_one(client: Client, worker: RunningWorke
 async def test_an_opted_out_sandbox_is_recorded_on_the_trajectory(
     client: Client, worker: RunningWorker, tasks: list[Task]
 ) -> None:
+    problem = UnsafeSheetsEnv.unavailable()
+    if problem is not None:  # e.g. as root, no pids cgroup and an interpreter a sandbox uid cannot reach
+        pytest.skip(f"the opt-out cannot run model code here either: {problem}")
     result = await play(client, worker, NullPolicy(), env="sheets-unsafe", task=tasks[0])
     assert not result.infra_failed and result.reward is not None
     assert result.sandbox is not None and result.sandbox.startswith("GYMFLOW_SANDBOX=unsafe-rlimits")
@@ -71,6 +74,9 @@ def _run(code: str) -> Message:
 async def test_sandbox_violations_are_error_observations(
     client: Client, worker: RunningWorker, tasks: list[Task], answers: dict[str, str], temporal_address: str
 ) -> None:
+    promised = FastSheetsEnv.sandbox_guarantees(worker.env.env("sheets-fast"))  # type: ignore[attr-defined]
+    if Guarantee.PROCESS_LIMIT not in promised:  # run_python would refuse: unreachable while `code_runs`
+        pytest.skip("the sandbox promises no process limit here: no fork bomb is sent to it")
     task = tasks[2]
     coords = task.init_args["generator"]
     host, _, port = temporal_address.rpartition(":")
@@ -89,7 +95,6 @@ async def test_sandbox_violations_are_error_observations(
     assert result.termination == TerminationReason.FINAL_ANSWER and not result.infra_failed
     observations = [m for m in result.messages if m.role == "tool"]
     assert len(observations) == len(attempts) + 1
-    promised = FastSheetsEnv.sandbox_guarantees(worker.env.env("sheets-fast"))  # type: ignore[attr-defined]
     outcomes = dict(zip(attempts, observations, strict=False))
     for name, observation in outcomes.items():
         if name == "network" and Guarantee.NO_NETWORK not in promised:
@@ -97,8 +102,6 @@ async def test_sandbox_violations_are_error_observations(
         if name == "outside path" and Guarantee.FS_CONFINED not in promised:
             continue
         if name == "answer file" and not promised & {Guarantee.FS_CONFINED, Guarantee.PRIVATE_FILES}:
-            continue
-        if name == "fork bomb" and Guarantee.PROCESS_LIMIT not in promised:
             continue
         assert observation.is_error, (name, observation.content)
     assert "memory" in outcomes["memory bomb"].content
@@ -140,3 +143,21 @@ async def test_bad_inputs_give_clear_errors_and_the_worker_goes_on(
 
     result = await play(client, worker, ReferencePolicy(), env="sheets", task=tasks[3])  # the worker is fine
     assert result.reward is not None and result.reward.total == 1.0
+
+
+async def test_without_a_sandbox_a_rollout_ends_env_unavailable_never_scored(
+    client: Client, worker: RunningWorker, tasks: list[Task], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollout started directly (the SDK) on a worker that has no sandbox for model code."""
+    monkeypatch.setenv(BWRAP_ENV, "/nonexistent")  # a machine without bubblewrap; never uninstall it
+    monkeypatch.delenv(SANDBOX_ENV, raising=False)
+    result = await play(client, worker, ReferencePolicy(), env="sheets", task=tasks[3])
+    assert result.termination == TerminationReason.ENV_UNAVAILABLE and result.infra_failed
+    assert result.reward is None and result.tool_calls == 0
+    assert result.error is not None and f"sheets cannot work on node {worker.env.node_id}" in result.error
+    assert "Fix: install bubblewrap (apt-get install bubblewrap)" in result.error
+    monkeypatch.setenv(SANDBOX_ENV, "unsafe-rlimits")  # the explicit opt-out still runs, and is recorded
+    if SheetsEnv.unavailable() is None:
+        result = await play(client, worker, ReferencePolicy(), env="sheets", task=tasks[3])
+        assert not result.infra_failed and result.reward is not None and result.reward.total == 1.0
+        assert result.sandbox is not None and result.sandbox.startswith(f"{SANDBOX_ENV}=unsafe-rlimits")

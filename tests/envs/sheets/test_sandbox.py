@@ -1,9 +1,11 @@
-"""The code sandbox, at every level this machine offers: each promises exactly its `guarantees`.
+"""The code sandbox, at every mode this machine offers: each promises exactly its `guarantees`.
 
 The level .ci/run installs (bubblewrap, announced in $GYMFLOW_SANDBOX_REQUIRE) must be the one
-in use: when it is not, `test_the_installed_level_is_active` fails, it does not skip. Weaker
-levels are forced here too, and each test checks both directions: a promised guarantee holds,
-and a guarantee that is not promised is not claimed by mistake (where that is safe to show).
+in use: when it is not, `test_the_installed_level_is_active` fails, it does not skip. Every mode
+(level, and as root whether the uid is dropped) is forced here too, and each test checks both
+directions: a promised guarantee holds, and a guarantee that is not promised is not claimed by
+mistake (where that is safe to show). A hostile program (a fork bomb) is only ever sent to a mode
+that promises to contain it; elsewhere the test skips, saying why.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
+from process_census import SPAWN_200, UNBOUNDED, Census, leftover_cgroups, programs_left
 
 from envs.mcp.workspace import usage
+from envs.sheets import cgroup
+from envs.sheets.runs import WRAPPER_TASKS
 from envs.sheets.sandbox import (
     MB,
     REQUIRE_ENV,
@@ -26,7 +31,6 @@ from envs.sheets.sandbox import (
     Limits,
     RunResult,
     Sandbox,
-    SandboxUnavailable,
     detect,
     guarantees,
     is_root,
@@ -39,17 +43,21 @@ REPO = Path(__file__).resolve().parents[3]
 NEEDS_BWRAP = "needs bubblewrap: apt-get install bubblewrap"
 
 
-@pytest.fixture(params=[level.value for level in Level])
+MODES = [(level, own_uid) for level in Level for own_uid in (True, False)]
+
+
+@pytest.fixture(params=MODES, ids=[f"{level}-{'own' if own else 'caller'}-uid" for level, own in MODES])
 def sandbox(request: pytest.FixtureRequest) -> Sandbox:
-    level = request.param
-    try:
-        return Sandbox(level=level, limits=SMALL)
-    except SandboxUnavailable as exc:
-        if os.environ.get(REQUIRE_ENV) == level:
-            pytest.fail(f".ci/run installed {level} but it does not work: {exc}")
-        if level == Level.BWRAP:
-            pytest.skip(f"level bwrap is not available here ({probe(Level.BWRAP, own_uid=is_root())}): {NEEDS_BWRAP}")
-        pytest.skip(f"level {level} is not available on this machine: {exc}")
+    level, own_uid = request.param
+    if own_uid and not is_root():
+        pytest.skip("dropping to a sandbox uid needs root")
+    reason = probe(level, own_uid=own_uid)
+    if reason is not None:
+        if os.environ.get(REQUIRE_ENV) == level and own_uid == is_root():
+            pytest.fail(f".ci/run installed {level} but it does not work: {reason}")
+        hint = f": {NEEDS_BWRAP}" if level is Level.BWRAP else ""
+        pytest.skip(f"mode {level} ({'own' if own_uid else 'caller'} uid) does not work here ({reason}){hint}")
+    return Sandbox(level=level, own_uid=own_uid, limits=SMALL)
 
 
 @pytest.fixture
@@ -182,12 +190,34 @@ sys.exit(3)
 
 def test_fork_bomb_is_stopped(sandbox: Sandbox, workspace: Path) -> None:
     if Guarantee.PROCESS_LIMIT not in sandbox.guarantees:
-        pytest.skip(f"{sandbox.describe()} does not promise a process limit: not running a fork bomb as root")
-    result = sandbox.run(FORK_BOMB, workspace=workspace)
-    assert result.returncode == 3 and not result.timed_out  # the kernel capped the process count
-    assert "fork refused" in result.stdout
-    if sandbox.uid is not None:
-        assert uid_processes(sandbox.uid) == []  # nothing of it survives the run
+        pytest.skip(f"{sandbox.describe()} does not promise a process limit: no fork bomb is sent to it")
+    limit = SMALL.processes
+    # First a bounded program: it shows the limit holds before anything unbounded is sent.
+    with Census() as seen:
+        bounded = sandbox.run(SPAWN_200, workspace=workspace)
+    started = int(bounded.stdout.split()[-1])
+    assert 0 < started < limit, bounded.stdout
+    assert seen.programs <= limit
+    for code in (FORK_BOMB, UNBOUNDED):
+        with Census() as seen:
+            wall = SMALL if code is FORK_BOMB else dataclasses.replace(SMALL, wall_s=5.0)
+            result = sandbox.run(code, workspace=workspace, limits=wall)
+        print(
+            f"{sandbox.describe()}: at most {seen.programs} sandboxed programs at once (limit {limit}); host "
+            f"processes {seen.baseline} -> at most {seen.host}; peak cgroup tasks {result.peak_tasks}"
+        )
+        assert not result.ok
+        assert seen.programs <= limit
+        if result.peak_tasks is not None:
+            assert result.peak_tasks <= limit + WRAPPER_TASKS[sandbox.level]
+        if code is FORK_BOMB:
+            assert result.returncode == 3 and not result.timed_out  # the kernel capped the process count
+            assert "fork refused" in result.stdout
+        else:  # a refused fork kills its process: the first to die may be the program's own
+            assert result.timed_out or f"{limit}-process limit" in (result.problem() or ""), result
+        assert programs_left() == 0 and leftover_cgroups() == []  # nothing of it survives the run
+        if sandbox.uid is not None:
+            assert uid_processes(sandbox.uid) == []
 
 
 def test_infinite_loops_hit_the_limits(sandbox: Sandbox, workspace: Path) -> None:
@@ -211,6 +241,9 @@ def test_nothing_outlives_a_run(sandbox: Sandbox, workspace: Path) -> None:
     code = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\nprint('parent done')"
     result = sandbox.run(code, workspace=workspace)
     assert result.ok and "parent done" in result.stdout
+    # The escaped child left the process group, but not the run's cgroup (nor its uid): it was killed.
+    if cgroup.available() or sandbox.uid is not None:
+        assert programs_left() == 0 and leftover_cgroups() == []
     if sandbox.uid is not None:
         assert uid_processes(sandbox.uid) == []
 
