@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities import errors
 from activities.bundle import Bundle, BundleError, build_bundle, read_splits, sha256
@@ -111,12 +112,13 @@ def check_config(config: RunConfig, *, require_skypilot: bool = True) -> list[st
     (`--dryrun` only prints the task).
     """
     problems = []
+    cls: type[BaseEnv] | None = None
     try:
         cls = env_class(config.env)
     except (UnknownEnvError, EnvFileError) as exc:
-        return [f"env: {exc}"]
+        problems.append(f"env: {exc}")  # its policies cannot be checked; everything else still is
     for field, ref in (("baseline", config.baseline), ("validation.smoke_policy", config.validation.smoke_policy)):
-        if ref is not None and ref.policy is not None:
+        if cls is not None and ref is not None and ref.policy is not None:
             try:
                 cls.baseline_policy(ref.policy)
             except (ValueError, NotImplementedError) as exc:
@@ -193,37 +195,57 @@ class TrainingActivities:
 
     @activity.defn(name="validate_training_run")
     async def validate(self, input: ValidateInput) -> ValidationReport:
-        """Static checks: env and policies, trainer and resources, dataset rows, storage, tools."""
+        """Static checks: env and policies, trainer and resources, dataset rows, storage, tools.
+
+        Every check runs and the failure names every problem found, so a config with three mistakes
+        is fixed in one try (a check that needs what failed before it, such as the eval split's
+        size without a dataset, is left out).
+        """
         config = input.config
         problems = await asyncio.to_thread(check_config, config)
-        if problems:
-            raise _fail("; ".join(problems))
+        splits = None
         try:
             splits = await read_splits(config.dataset, config.env, s3_endpoint_url=self.s3_endpoint_url)
         except (DatasetError, StorageError) as exc:
-            raise _fail(f"dataset: {exc}") from exc
-        except Exception as exc:  # network failures of the dataset's store
-            raise _fail(f"dataset: cannot read {config.dataset.uri}: {exc}") from exc
-        if len(splits.eval) < config.eval.tasks:
-            raise _fail(
+            problems.append(f"dataset: {exc}")
+        except Exception as exc:  # network failures of the dataset's store; an env that does not load
+            problems.append(f"dataset: cannot read {config.dataset.uri}: {exc}")
+        if splits is not None and len(splits.eval) < config.eval.tasks:
+            problems.append(
                 f"eval.tasks: the eval split has {len(splits.eval)} tasks, the run asks for {config.eval.tasks}"
             )
-        store = self._store(config.storage)
-        key = f"runs/{input.run_id}/.probe"
-        try:
-            uri = await store.put(key, b"ok")
-            await store.get(uri)
-        except Exception as exc:  # connection refused, no bucket, no permission: all "unreachable"
-            raise _fail(f"storage: cannot write and read {store.uri(key)}: {exc}") from exc
-        tools = await self._tools(env_class(config.env))
-        if not tools:
-            raise _fail(f"env: {config.env} lists no tools")
+        problems += await self._check_storage(config.storage, input.run_id)
+        tools: list[str] = []
+        if not any(p.startswith("env:") for p in problems):
+            try:
+                tools = await self._tools(env_class(config.env))
+            except ApplicationError as exc:
+                problems.append(exc.message)
+            else:
+                if not tools:
+                    problems.append(f"env: {config.env} lists no tools")
+        if problems or splits is None:
+            raise _fail("; ".join(problems))
         return ValidationReport(
             tools=tools,
             train_tasks=len(splits.train),
             eval_tasks=len(splits.eval),
             smoke_tasks=splits.train[: config.validation.smoke_rollouts],
         )
+
+    async def _check_storage(self, storage: str | None, run_id: str) -> list[str]:
+        """The run's storage can be written and read (a problem per failure, none when it can)."""
+        try:
+            store = self._store(storage)
+        except ApplicationError as exc:
+            return [exc.message]
+        key = f"runs/{run_id}/.probe"
+        try:
+            uri = await store.put(key, b"ok")
+            await store.get(uri)
+        except Exception as exc:  # connection refused, no bucket, no permission: all "unreachable"
+            return [f"storage: cannot write and read {store.uri(key)}: {exc}"]
+        return []
 
     async def _tools(self, cls: type[BaseEnv]) -> list[str]:
         workspace = self.data_dir / "training" / ".validate"

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
+from envs.errors import UserError
+
 T = TypeVar("T")
 Step = Literal["start", "run", "reward"]
 
@@ -168,15 +170,26 @@ class Admission:
                 initializer=_init_worker,
                 initargs=(self.nice, os.getpid()),
             )
-        outcome = await asyncio.get_running_loop().run_in_executor(self._pool, _call, blob)
+        try:
+            outcome = await asyncio.get_running_loop().run_in_executor(self._pool, _call, blob)
+        except UserError as exc:
+            # The pool chains the child's traceback as the cause; an expected error's message says
+            # it all, and that traceback would otherwise become the message users read.
+            exc.__cause__, exc.__suppress_context__ = None, True
+            raise
         if isinstance(outcome, _Unloadable):
             return await asyncio.to_thread(fn, *args, **kwargs)
         return cast(T, outcome)
 
     def shutdown(self) -> None:
-        """Stop the process pool (worker exit)."""
+        """Stop the process pool (worker exit): calls not started are dropped, running ones finish.
+
+        Waiting releases the pool's semaphores before the process ends: the CLI leaves without the
+        interpreter's teardown (workers.exits), and a pool left winding down then makes
+        multiprocessing's resource tracker warn of leaked semaphores on the command's stderr.
+        """
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import to_json
 
+from envs.errors import UserError
 from envs.tokens import TokenSequence, TurnTokens, build_sequence
 
 if TYPE_CHECKING:  # envs.rewards.rubric imports this module
@@ -332,7 +333,7 @@ class RolloutNotFound(InfraError):
     """This process holds no state for the rollout (it was released, or the worker restarted)."""
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """A dataset row is invalid; the message names the row (file:line) and the field."""
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.contract import BaseEnv, Task
+from envs.errors import UserError
 
 ENTRY_POINT_GROUP = "gymflow.envs"
 
@@ -33,14 +34,14 @@ BUILTIN: dict[str, str] = {
 }
 
 
-class UnknownEnvError(KeyError):
+class UnknownEnvError(UserError, KeyError):
     """No env is registered under that name."""
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "unknown env"
 
 
-class EnvFileError(ValueError):
+class EnvFileError(UserError, ValueError):
     """An env file is missing or invalid; the message names the file and the key at fault."""
 
 

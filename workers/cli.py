@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,14 +13,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from envs.errors import UserError
-from envs.registry import EnvFileError, UnknownEnvError, env_class
-from workers import commands, logs
-from workers import server as embedded
+from envs.registry import env_class
+from workers import commands, exits, logs
 from workers.config import Settings
 from workers.envs_cli import add_envs_args, run_envs
 
 
-class SettingsError(ValueError):
+class SettingsError(UserError, ValueError):
     """A GYMFLOW_* variable (or option) that is not a valid setting."""
 
 
@@ -40,7 +38,19 @@ def _settings(args: argparse.Namespace) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        raise SettingsError(f"invalid setting (a GYMFLOW_* variable): {exc}") from exc
+        raise SettingsError(f"invalid setting (a GYMFLOW_* variable or its option): {_problems(exc)}") from None
+
+
+def _problems(exc: ValidationError) -> str:
+    """`GYMFLOW_NAME='value': why` per setting (a union's branches joined by `or`; a secret's value never shown)."""
+    found: dict[str, list[str]] = {}
+    for error in exc.errors():
+        name = str(error["loc"][0]) if error["loc"] else "?"
+        field = Settings.model_fields.get(name)
+        secret = field is not None and "SecretStr" in str(field.annotation)
+        shown = "" if secret else f"={error['input']!r}"
+        found.setdefault(f"GYMFLOW_{name.upper()}{shown}", []).append(error["msg"])
+    return "; ".join(f"{setting}: {' or '.join(messages)}" for setting, messages in found.items())
 
 
 def _processes(text: str) -> int | str:
@@ -256,29 +266,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `gymflow` console script."""
+    """Entry point of the `gymflow` console script (`argv` None); tests pass `argv` and get the code.
+
+    Every command ends through workers.exits: an expected error is one `gymflow:` line and exit 2,
+    and the console script leaves without the interpreter teardown the Temporal SDK can abort in.
+    """
     args = build_parser().parse_args(argv)
     logs.configure(fmt=args.log_format, level=logging.INFO if args.verbose else logging.WARNING)
-    try:
-        code = _dispatch(args)
-        if argv is None and (args.command in {"inspect", "status"} or code):
-            # A short-lived client process, or any command that failed (its in-process worker or
-            # client stopped mid-work), can abort in teardown while the SDK's Rust threads wind down
-            # (temporalio/sdk-python#300, "PyGILState_Release ... finalizing"; CI saw SIGABRT after
-            # `dataset generate` failed on a missing corpus): the output is complete, so the console
-            # script leaves without the teardown.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-        return code
-    except (embedded.ServerError, UnknownEnvError, EnvFileError, UserError) as exc:
-        print(f"gymflow: {exc}", file=sys.stderr)
-        return 2
-    except SettingsError as exc:
-        print(f"gymflow: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    code = exits.run(lambda: _dispatch(args))
+    if argv is None:
+        exits.leave(code)
+    return code
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -287,7 +285,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "policy":
         from workers.policy_server import serve_forever
 
-        policy = env_class(args.env).baseline_policy(args.policy)
+        policy = env_class(args.env).baseline_policy(args.policy)  # UnknownPolicy / NoBaselinePolicy: UserErrors
         print(f"serving {args.env}/{policy.name} at http://{args.host}:{args.port}/v1", file=sys.stderr)
         serve_forever(policy, host=args.host, port=args.port)
         return 0
@@ -314,13 +312,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
             command = worker_command(log_format=args.log_format, verbose=args.verbose)
             return asyncio.run(supervise(settings, command=command))
-        from workers.worker import WorkerStartError, run_worker
+        from workers.worker import run_worker
 
-        try:
-            asyncio.run(run_worker(settings))
-        except WorkerStartError as exc:
-            print(f"gymflow worker: {exc}", file=sys.stderr)
-            return 2
+        asyncio.run(run_worker(settings))
         return 0
     return commands.batch(args, settings)
 

@@ -47,7 +47,7 @@ from temporalio.exceptions import ApplicationError
 from activities.errors import INVALID_INPUT
 from activities.storage import Boto3StorageDriverClient, parse_s3_uri, s3_client
 from envs.contract import Task, Trajectory, Wire
-from workers.codec import EncryptionCodec
+from workers.codec import CodecKeyError, EncryptionCodec
 from workers.config import Settings
 from workers.logs import core_runtime
 from workflows import names
@@ -144,8 +144,14 @@ def encryption_codec(settings: Settings) -> EncryptionCodec | None:
     """
     if settings.encryption_key is None:
         return None
+    current = settings.encryption_key.get_secret_value()
     previous = settings.decryption_keys.get_secret_value() if settings.decryption_keys else None
-    return EncryptionCodec.from_specs(settings.encryption_key.get_secret_value(), previous)
+    for variable, keys in (("GYMFLOW_ENCRYPTION_KEY", None), ("GYMFLOW_DECRYPTION_KEYS", previous)):
+        try:
+            codec = EncryptionCodec.from_specs(current, keys)
+        except CodecKeyError as exc:  # say which variable (never the key)
+            raise CodecKeyError(f"{variable}: {exc}") from None
+    return codec
 
 
 def data_converter(settings: Settings) -> DataConverter:

@@ -54,6 +54,8 @@ from starlette.routing import Route
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import PayloadCodec
 
+from envs.errors import UserError
+
 ENCODING = b"binary/encrypted"
 """The `encoding` metadata of an encrypted payload."""
 KEY_ID = "encryption-key-id"
@@ -62,7 +64,7 @@ _NONCE_BYTES = 12
 _KEY_SIZES = (16, 24, 32)
 
 
-class CodecKeyError(ValueError):
+class CodecKeyError(UserError, ValueError):
     """A key is malformed, or a payload names a key this process does not have."""
 
 

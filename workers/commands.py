@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import sys
 from typing import Any
 
@@ -33,8 +32,8 @@ def json_text(value: Any) -> str:
 
 def server(args: argparse.Namespace, settings: Settings) -> int:
     if args.stop:
-        stopped = embedded.stop_background(data_dir=settings.data_dir)
-        print("server stopped" if stopped else "no background server recorded", file=sys.stderr)
+        stopped = embedded.stop_background(data_dir=settings.data_dir, port=args.port)
+        print("server stopped" if stopped else f"no server runs on data dir {settings.data_dir}", file=sys.stderr)
         return 0
     # The server listens where the workers and clients of this config connect (--address /
     # GYMFLOW_TEMPORAL_ADDRESS) unless --port says otherwise.
@@ -44,24 +43,16 @@ def server(args: argparse.Namespace, settings: Settings) -> int:
         pid = embedded.start_background(data_dir=settings.data_dir, port=port, ui_port=ui_port)
         print(f"Temporal server started (pid {pid}) on :{port}; UI at http://localhost:{ui_port}", file=sys.stderr)
         return 0
-    embedded.record(data_dir=settings.data_dir, port=port, ui_port=ui_port)
-    command = embedded.dev_server_command(data_dir=settings.data_dir, port=port, ui_port=ui_port)
-    print(f"Temporal server on :{port}, UI at http://localhost:{ui_port}", file=sys.stderr)
-    os.execv(command[0], command)
-    return 0  # pragma: no cover - execv does not return
+    embedded.exec_foreground(data_dir=settings.data_dir, port=port, ui_port=ui_port)
 
 
 def codec_server(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from workers.client import encryption_codec
-    from workers.codec import CodecKeyError, codec_app
+    from workers.codec import codec_app
 
-    try:
-        codec = encryption_codec(settings)
-    except CodecKeyError as exc:
-        print(f"gymflow codec-server: GYMFLOW_ENCRYPTION_KEY: {exc}", file=sys.stderr)
-        return 2
+    codec = encryption_codec(settings)  # a malformed key: CodecKeyError, naming the variable
     if codec is None:
         print("gymflow codec-server: set GYMFLOW_ENCRYPTION_KEY (the key the workers encrypt with)", file=sys.stderr)
         return 2
@@ -96,10 +87,20 @@ def preflight(env: str, *, local_worker: bool = True) -> None:
         print(f"gymflow: {notice}", file=sys.stderr)
 
 
+def check_policies(env: str, *policies: str | None) -> None:
+    """Refuse a mistyped baseline policy name (envs.policy.UnknownPolicy) before anything starts."""
+    from workers.runner import is_url
+
+    for policy in policies:
+        if policy and not is_url(policy):
+            env_class(env).baseline_policy(policy)
+
+
 def batch(args: argparse.Namespace, settings: Settings) -> int:
     from workers.runner import BatchOptions, format_table, run_batch
 
     preflight(args.env, local_worker=not getattr(args, "no_worker", False))
+    check_policies(args.env, None if args.model_url else args.policy)
     options = BatchOptions(
         env=args.env,
         n=args.n,
@@ -124,7 +125,7 @@ def batch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "demo":
         if args.stop_server:
             embedded.stop_background(data_dir=settings.data_dir)
-        elif (settings.data_dir / "server.pid").is_file():
+        elif embedded.running(settings.data_dir) is not None:
             note = "The Temporal server keeps running for the UI; stop it with `gymflow server --stop`."
             print(note, file=sys.stderr)
     return 0 if report.summary()["infra_failed"] == 0 else 1
@@ -134,6 +135,7 @@ def evaluate(args: argparse.Namespace, settings: Settings) -> int:
     from workers.evaluate import EvalOptions, format_summary, run_eval
 
     preflight(args.env, local_worker=not args.no_worker)
+    check_policies(args.env, args.policy, args.baseline)
     options = EvalOptions(
         env=args.env,
         policy=args.policy,
@@ -172,16 +174,12 @@ def dataset(args: argparse.Namespace, settings: Settings) -> int:
         eval_fraction=args.eval_fraction, batch_size=args.batch_size, local_worker=not args.no_worker,
         skip_filters=tuple(args.skip_filter or ()),
     )  # fmt: skip
-    from temporalio.client import WorkflowFailureError
-
     try:
         result = asyncio.run(datasets.run_generate(options, settings))
     except ValueError as exc:  # a bad --source or option
         print(f"gymflow dataset generate: {exc}", file=sys.stderr)
         return 2
-    except WorkflowFailureError as exc:  # e.g. a corpus with no usable document: the cause says so
-        print(f"gymflow dataset generate: {exc.cause or exc}", file=sys.stderr)
-        return 1
+    # A failed workflow (a corpus with no usable document, ...) is one line from workers.exits.
     if args.json:
         print(result.model_dump_json(indent=2))
         for line in datasets.shortfall(result):  # stdout stays JSON

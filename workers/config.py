@@ -20,7 +20,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from envs.admission import Capacity, usable_cpus
-from workflows.names import TASK_QUEUE
+from workflows.names import TASK_QUEUE, command_queue
 
 SERVER_RECORD = "server.json"
 """Written in the data dir by `gymflow server` (and the demo): the frontend and Web UI ports it serves,
@@ -43,7 +43,10 @@ class Settings(BaseSettings):
     namespace: str = "default"
     """Temporal namespace."""
     task_queue: str = TASK_QUEUE
-    """Shared task queue for workflows, model calls and rollout initialisation."""
+    """Shared task queue for workflows, model calls and rollout initialisation. A CLI command that
+    runs a worker in its own process (`rollout`, `demo`, `eval`, `dataset generate`, `train launch
+    --wait`) uses a queue of its own derived from it (`command_queue`); with `--no-worker` it
+    starts its workflows here, for the `gymflow worker` fleet."""
     node_id: str = Field(default_factory=_default_node_id)
     """This worker's node id; its private queue is `<task_queue>@<node_id>`."""
     data_dir: Path = Path(".gymflow")
@@ -135,6 +138,16 @@ class Settings(BaseSettings):
     codec_auth: SecretStr | None = None
     """If set, the codec server requires this exact `Authorization` header value
     (`temporal ... --codec-auth VALUE`)."""
+
+    def command_queue(self, command: str, key: str | None = None) -> Settings:
+        """These settings with a task queue of one CLI command's own (workflows.names.command_queue).
+
+        `key` names the invocation (default: a fresh one); a command that can re-attach to its
+        work (`train launch --wait` by run id) passes a key derived from it, to poll the same queue.
+        The node queue and the judge queue derive from the task queue, so they follow.
+        """
+        queue = command_queue(self.task_queue, command, key or uuid.uuid4().hex[:8])
+        return self.model_copy(update={"task_queue": queue})
 
     def capacity(self) -> Capacity:
         """This node's admission capacity: the machine's (cores, memory), with the settings' overrides."""

@@ -24,6 +24,7 @@ from temporalio.client import WorkflowHandle
 from activities.dataset_models import DatasetSource, GenerationOptions
 from activities.model import ModelConfig
 from envs.datagen import format as fmt
+from workers import exits
 from workers.config import Settings
 from workers.progress import Progress, Reading, follow
 from workers.runner import connect_or_start
@@ -83,6 +84,9 @@ async def run_generate(options: GenerateOptions, settings: Settings, *, out: Tex
     """Generate the dataset; returns the workflow's result."""
     input = dataset_input(options)
     client = await connect_or_start(settings, start_server=False, out=out)
+    if options.local_worker:  # its own queue: no other command's workflows, none of its own elsewhere
+        settings = settings.command_queue("dataset")
+        exits.note_queue_on_interrupt(settings.task_queue)
     async with contextlib.AsyncExitStack() as stack:
         if options.local_worker:
             await stack.enter_async_context(running_worker(client, settings))

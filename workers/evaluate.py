@@ -25,10 +25,11 @@ from activities.model import ModelConfig
 from activities.storage import read_trajectories
 from envs.admission import Capacity
 from envs.report import BatchRef
+from workers import exits
 from workers.config import Settings
 from workers.progress import Progress, Reading, follow
 from workers.report import write_report
-from workers.runner import connect_or_start, endpoint
+from workers.runner import connect_or_start, endpoint, is_url
 from workers.worker import running_worker
 from workflows.group import BatchRolloutWorkflow
 from workflows.schema import BatchInput, BatchResult, RolloutLimits, RolloutOptions, batch_search_attributes
@@ -55,11 +56,6 @@ class EvalOptions:
     out: Path | None = None
     local_worker: bool = True
     reps: int = 2000
-
-
-def is_url(policy: str) -> bool:
-    """Whether a --policy / --baseline value is an endpoint rather than a baseline policy's name."""
-    return policy.startswith(("http://", "https://"))
 
 
 async def _start(
@@ -99,6 +95,9 @@ async def _completed(handles: list[WorkflowHandle[Any, BatchResult]]) -> Reading
 async def run_eval(options: EvalOptions, settings: Settings, *, out: TextIO = sys.stderr) -> dict[str, Any]:
     """Run the evaluation; returns the report summary (also written to `options.out`)."""
     client = await connect_or_start(settings, start_server=False, out=out)
+    if options.local_worker:  # its own queue: no other command's workflows, none of its own elsewhere
+        settings = settings.command_queue("eval")
+        exits.note_queue_on_interrupt(settings.task_queue)
     policies = {"policy": options.policy} | ({"baseline": options.baseline} if options.baseline else {})
     async with contextlib.AsyncExitStack() as stack:
         if options.local_worker:

@@ -21,12 +21,18 @@ from urllib.parse import quote
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError, WorkflowQueryRejectedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from workflows import names
 
 PROGRESS_QUERY = "progress"
-"""The query every gymflow workflow that runs for a while answers (DESIGN: a `progress` query on every parent)."""
+"""The query the gymflow workflows that run for a while answer (DESIGN: a `progress` query on every parent)."""
+PROGRESS_TYPES = frozenset(
+    {names.ROLLOUT_WORKFLOW, names.BATCH_WORKFLOW, names.DATASET_WORKFLOW, names.TRAINING_WORKFLOW,
+     names.SESSION_WORKFLOW}
+)  # fmt: skip
+"""Workflow types that answer PROGRESS_QUERY; the others (a group: short-lived, its rollouts say it
+all) are never asked, since a query they have no handler for only fails."""
 
 
 @dataclass
@@ -232,18 +238,22 @@ async def inspect_workflow(client: Client, workflow_id: str, *, run_id: str | No
         inspection.failure = _failure_text(last.workflow_execution_failed_event_attributes.failure)
     if description.workflow_type == names.ROLLOUT_WORKFLOW:
         inspection.steps = await _steps(client, events, start)
-    if description.status == WorkflowExecutionStatus.RUNNING:
+    if description.status == WorkflowExecutionStatus.RUNNING and description.workflow_type in PROGRESS_TYPES:
         inspection.progress = await query_progress(client, workflow_id, run_id=run)
     return inspection
 
 
 async def query_progress(client: Client, workflow_id: str, *, run_id: str | None = None, timeout_s: float = 5.0) -> Any:
-    """The workflow's `progress` query, or a sentence saying why there is none (no worker, no query)."""
+    """The workflow's `progress` query (ask only PROGRESS_TYPES), or a sentence saying why there is none."""
     handle = client.get_workflow_handle(workflow_id, run_id=run_id)
     try:
         return await handle.query(PROGRESS_QUERY, rpc_timeout=timedelta(seconds=timeout_s))
-    except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
-        return f"unavailable ({type(exc).__name__}: {str(exc)[:120]})"
+    except RPCError as exc:
+        if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):  # the rpc_timeout
+            return f"unavailable: no worker answered within {timeout_s:g} s (is a worker polling its task queue?)"
+        return f"unavailable: {exc.message[:160]}"
+    except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
+        return f"unavailable: {str(exc)[:160]}"
 
 
 # -- rendering -------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from envs.contract import Task
 from envs.registry import env_class
 from envs.tokens import TokenDataError
 from workers import client as sdk
+from workers import exits
 from workers import server as embedded
 from workers.config import Settings
 from workers.policy_server import PolicyServer
@@ -109,10 +110,15 @@ def load_tasks(options: BatchOptions) -> list[Task]:
     return tasks[: options.n]
 
 
+def is_url(policy: str) -> bool:
+    """Whether a policy value is an endpoint (…/v1) rather than the name of a baseline policy."""
+    return policy.startswith(("http://", "https://"))
+
+
 @contextlib.asynccontextmanager
 async def endpoint(env: str, policy: str) -> AsyncIterator[str]:
     """The chat endpoint of `policy`: itself if it is a URL, else the env's named baseline served locally."""
-    if policy.startswith(("http://", "https://")):
+    if is_url(policy):
         yield policy
         return
     async with PolicyServer(env_class(env).baseline_policy(policy), host="127.0.0.1", port=0) as server:
@@ -137,8 +143,14 @@ async def connect_or_start(settings: Settings, *, start_server: bool, out: TextI
         host, _, port = settings.temporal_address.rpartition(":")
         if host not in {"localhost", "127.0.0.1"}:
             raise
-        pid = embedded.start_background(data_dir=settings.data_dir, port=int(port), ui_port=settings.web_ui_port)
-        print(f"started the embedded Temporal server (pid {pid}, data in {settings.data_dir})", file=out)
+        try:
+            pid = embedded.start_background(data_dir=settings.data_dir, port=int(port), ui_port=settings.web_ui_port)
+            print(f"started the embedded Temporal server (pid {pid}, data in {settings.data_dir})", file=out)
+        except embedded.ServerRunning as exc:
+            # The data dir's server serves another port (say so), or this one and is still starting
+            # (another command started it a moment ago): then wait for it.
+            if exc.running is None or exc.running.port != int(port):
+                raise
         client = await embedded.wait_until_reachable(connect, timeout_s=60.0)
     await embedded.register_search_attributes(client)
     return client
@@ -148,6 +160,9 @@ async def run_batch(options: BatchOptions, settings: Settings, *, out: TextIO = 
     """Run the batch end to end and return its report; progress lines go to `out`."""
     tasks = load_tasks(options)
     client = await connect_or_start(settings, start_server=options.start_server, out=out)
+    if options.local_worker:  # its own queue: no other command's rollouts, none of its own elsewhere
+        settings = settings.command_queue("demo" if options.start_server else "rollout")
+        exits.note_queue_on_interrupt(settings.task_queue)
     async with contextlib.AsyncExitStack() as stack:
         url = await stack.enter_async_context(endpoint(options.env, options.model_url or options.policy))
         if options.local_worker:

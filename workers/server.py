@@ -2,14 +2,22 @@
 
 Runs with a persistent SQLite file under the data dir (workflows survive a restart), the Web UI
 (on the frontend port + 1000 by default, 8233), and gymflow's search attributes registered at launch.
-The ports are recorded in the data dir (`server.json`), so the other commands find the UI. Against an external server,
-`register_search_attributes` adds them through the operator service instead.
+Against an external server, `register_search_attributes` adds them through the operator service instead.
+
+One server per data dir: two servers on one SQLite file would corrupt each other's view of it, so
+the server process holds an exclusive flock on `<data dir>/server.lock` for its lifetime (taken
+before it starts, handed over with the fd; the kernel drops it when the process ends, crash
+included). A second start on the same data dir (`gymflow server`, `--background`, the demo) is
+refused with where the first one runs. The running server is recorded in the data dir
+(`server.json`: ports, pid), so the other commands find its UI and `gymflow server --stop` stops
+that server and no other: a pid is signalled only while its server holds the lock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -18,13 +26,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 
+from envs.errors import UserError
 from workers.config import SERVER_RECORD
 from workflows.names import SEARCH_ATTRIBUTES
 
@@ -55,8 +66,12 @@ visibility queue cost server CPU under load (bench (c): 27.6 s instead of 25.7 s
 alone. The embedded server's settings only — a production cluster is tuned by its operators."""
 
 
-class ServerError(RuntimeError):
+class ServerError(UserError, RuntimeError):
     """The embedded server could not be found, started or reached."""
+
+
+LOCK_FILE = "server.lock"
+"""In the data dir: flock-ed by the one server that runs on it (`claim`)."""
 
 
 def temporal_binary() -> str:
@@ -100,48 +115,149 @@ def dev_server_args() -> list[str]:
     return args
 
 
-def record(*, data_dir: Path, port: int, ui_port: int) -> None:
-    """Note the ports of the server started with `data_dir` (workers.config.SERVER_RECORD)."""
+@dataclass(frozen=True)
+class ServerRecord:
+    """What `server.json` in a data dir says about the server running on it."""
+
+    port: int
+    ui_port: int
+    pid: int | None = None
+    detached: bool = False
+    """Started with --background (or by the demo): the leader of a process group of its own."""
+
+    def where(self) -> str:
+        pid = f"pid {self.pid}, " if self.pid else ""
+        return f"{pid}frontend localhost:{self.port}, UI http://localhost:{self.ui_port}"
+
+
+class ServerRunning(ServerError):
+    """A server already runs on this data dir; the message says where and what to do instead."""
+
+    def __init__(self, data_dir: Path, running: ServerRecord | None) -> None:
+        self.data_dir, self.running = data_dir, running
+        where = f" ({running.where()})" if running else ""
+        use = f"use it (--address localhost:{running.port}), " if running else ""
+        super().__init__(
+            f"a Temporal server already runs on data dir {data_dir}{where}: {use}stop it with "
+            f"`gymflow server --stop --data-dir {data_dir}`, or give this one another --data-dir"
+        )
+
+
+def record(*, data_dir: Path, port: int, ui_port: int, pid: int | None = None, detached: bool = False) -> None:
+    """Note the server of `data_dir`: its ports and process (workers.config.SERVER_RECORD)."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    (data_dir / SERVER_RECORD).write_text(json.dumps({"port": port, "ui_port": ui_port}) + "\n")
+    entry = {"port": port, "ui_port": ui_port, "pid": pid, "detached": detached}
+    (data_dir / SERVER_RECORD).write_text(json.dumps(entry) + "\n")
+
+
+def recorded(data_dir: Path) -> ServerRecord | None:
+    """What `server.json` says (None: nothing, or not a record)."""
+    try:
+        entry = json.loads((data_dir / SERVER_RECORD).read_text())
+        return ServerRecord(
+            port=int(entry["port"]), ui_port=int(entry["ui_port"]), pid=entry.get("pid"),
+            detached=bool(entry.get("detached")),
+        )  # fmt: skip
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def claim(data_dir: Path) -> int:
+    """Take `data_dir` for one server: an exclusive flock on its `server.lock`; returns the locked fd.
+
+    The lock belongs to the open file, so it passes to the server process with the fd (exec, or
+    Popen's `pass_fds`) and is released by the kernel when that process ends, however it ends: no
+    stale lock after a crash or `kill -9`, and a second server on the same SQLite file cannot start.
+
+    Raises:
+        ServerRunning: Another process holds the lock (a server runs on this data dir).
+    """
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ServerRunning(data_dir, recorded(data_dir)) from None
+    return fd
+
+
+def running(data_dir: Path) -> ServerRecord | None:
+    """The server running on `data_dir` (its lock is held), as recorded; None if none runs."""
+    try:
+        os.close(claim(data_dir))
+    except ServerRunning as exc:
+        return exc.running or ServerRecord(port=0, ui_port=0)
+    return None
 
 
 def start_background(*, data_dir: Path, port: int = 7233, ui_port: int = 8233) -> int:
-    """Start the dev server detached from this process; returns its pid (also in server.pid)."""
-    record(data_dir=data_dir, port=port, ui_port=ui_port)
-    log = (data_dir / "server.log").open("ab")
-    process = subprocess.Popen(
-        dev_server_command(data_dir=data_dir, port=port, ui_port=ui_port),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    (data_dir / "server.pid").write_text(str(process.pid))
+    """Start the dev server detached from this process; returns its pid (also in server.json).
+
+    Raises:
+        ServerRunning: A server already runs on `data_dir`.
+    """
+    lock = claim(data_dir)
+    try:
+        with (data_dir / "server.log").open("ab") as log:
+            process = subprocess.Popen(
+                dev_server_command(data_dir=data_dir, port=port, ui_port=ui_port),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                pass_fds=(lock,),  # the server holds the data dir's lock from here on
+            )
+        record(data_dir=data_dir, port=port, ui_port=ui_port, pid=process.pid, detached=True)
+    finally:
+        os.close(lock)
     return process.pid
 
 
-def stop_background(*, data_dir: Path) -> bool:
-    """Stop a server started by `start_background`; False if none was running."""
-    pid_file = data_dir / "server.pid"
-    if not pid_file.is_file():
+def exec_foreground(*, data_dir: Path, port: int, ui_port: int) -> NoReturn:
+    """Become the dev server (`gymflow server`), holding `data_dir`'s lock.
+
+    Raises:
+        ServerRunning: A server already runs on `data_dir`.
+    """
+    command = dev_server_command(data_dir=data_dir, port=port, ui_port=ui_port)
+    lock = claim(data_dir)
+    os.set_inheritable(lock, True)  # kept across exec: the server holds the lock while it runs
+    record(data_dir=data_dir, port=port, ui_port=ui_port, pid=os.getpid())
+    print(f"Temporal server on :{port}, UI at http://localhost:{ui_port}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(command[0], command)
+
+
+def stop_background(*, data_dir: Path, port: int | None = None, timeout_s: float = 10.0) -> bool:
+    """Stop the server running on `data_dir` (SIGTERM, SIGKILL after `timeout_s`); False if none runs.
+
+    Only a server holding the data dir's lock is signalled, so a recorded pid that a dead server
+    left (and the system may have given to another process) is never touched.
+
+    Raises:
+        ServerError: `port` is given and the server of `data_dir` serves another one.
+    """
+    server = running(data_dir)
+    if server is None or server.pid is None:
         return False
-    pid = int(pid_file.read_text().strip())
-    pid_file.unlink()
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return False
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
-    return True
+    if port is not None and port != server.port:
+        raise ServerError(
+            f"the server on data dir {data_dir} ({server.where()}) is not the one on :{port}: "
+            f"stop it with --port {server.port}, or pass the --data-dir of the one on :{port}"
+        )
+
+    pid, kill = server.pid, os.killpg if server.detached else os.kill
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            kill(pid, sig)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if running(data_dir) is None:  # the lock is released once the process has ended
+                return True
+            time.sleep(0.1)
+    raise ServerError(f"the server of data dir {data_dir} (pid {pid}) did not stop")
 
 
 async def wait_until_reachable(connect: Callable[[], Awaitable[Client]], *, timeout_s: float = 30.0) -> Client:

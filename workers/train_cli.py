@@ -1,7 +1,8 @@
 """`gymflow train launch|list|status|logs|cancel`: training runs from the command line.
 
 `launch` reads a run config (YAML, workflows.training_schema.RunConfig), refuses a bad one before
-anything starts (the same static checks the workflow's validate activity makes), and starts a
+anything starts, naming every field at fault at once (workers.training_config: the config's shape
+and the static checks the workflow's validate activity makes), and starts a
 TrainingRunWorkflow whose id is the run id: launching the same run id again attaches to the
 existing run instead of starting a second one. `--wait` runs an in-process worker and follows the
 run to its end; without it, the run needs running workers (`gymflow worker`).
@@ -13,7 +14,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import sys
 import uuid
 from collections.abc import Callable
@@ -21,39 +21,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
-from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from workers.config import Settings
+from workers.training_config import check_run_config, read_config_data
 from workflows import names, status
 from workflows.training_schema import RunConfig, TrainingRunInput, TrainingRunResult
-
-
-class ConfigError(ValueError):
-    """The run config cannot be used; the message names the file and the field."""
-
-
-def load_run_config(path: Path) -> RunConfig:
-    """A run config from a YAML (or JSON) file.
-
-    Raises:
-        ConfigError: Missing file, not YAML, or an invalid field (named).
-    """
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a run config is a mapping (env, dataset, trainer, ...)")
-    try:
-        return RunConfig.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"{path}: {problems}") from None
 
 
 def add_train_args(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -87,40 +62,21 @@ def add_train_args(sub: Any, common: Callable[[argparse.ArgumentParser], None]) 
 
 
 def run_train(args: argparse.Namespace, settings: Settings) -> int:
-    """Dispatch a `gymflow train ...` command; returns the exit code."""
-    try:
-        if args.train_command == "launch" and args.dryrun:
-            return asyncio.run(_launch(args, settings))
-        command = _launch if args.train_command == "launch" else _inspect
-        code = asyncio.run(command(args, settings))
-    except ConfigError as exc:
-        print(f"gymflow train: {exc}", file=sys.stderr)
-        return 2
-    # A process that used a Temporal client can abort at interpreter exit while the client's native
-    # threads wind down ("PyGILState_Release", temporalio/sdk-python#300), losing what stdout had
-    # buffered (the --json result): its work is done, so flush and skip the teardown.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    """Dispatch a `gymflow train ...` command; returns the exit code (a bad config: ConfigError)."""
+    command = _launch if args.train_command == "launch" else _inspect
+    return asyncio.run(command(args, settings))
 
 
 def _config(args: argparse.Namespace) -> RunConfig:
-    config = load_run_config(args.config)
-    updates: dict[str, Any] = {}
+    """The run config of `train launch`, with its overrides, checked: every field at fault named at once."""
+    data = read_config_data(args.config)
     if args.run_id:
-        updates["run_id"] = args.run_id
-    elif config.run_id is None:
-        updates["run_id"] = f"{Path(config.env).stem}-{uuid.uuid4().hex[:8]}"
-    if args.backend:
-        updates["trainer"] = config.trainer.model_copy(update={"backend": args.backend})
-    try:
-        return RunConfig.model_validate({**config.model_dump(), **{k: _dump(v) for k, v in updates.items()}})
-    except ValidationError as exc:
-        raise ConfigError(f"{args.config}: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
-
-
-def _dump(value: Any) -> Any:
-    return value.model_dump() if hasattr(value, "model_dump") else value
+        data["run_id"] = args.run_id
+    elif data.get("run_id") is None:
+        data["run_id"] = f"{Path(str(data.get('env') or 'run')).stem}-{uuid.uuid4().hex[:8]}"
+    if args.backend and isinstance(data.get("trainer", {}), dict):
+        data["trainer"] = {**data.get("trainer", {}), "backend": args.backend}
+    return check_run_config(data, source=args.config, require_skypilot=not args.dryrun)
 
 
 def dryrun_text(config: RunConfig, settings: Settings) -> str:
@@ -145,27 +101,36 @@ def dryrun_text(config: RunConfig, settings: Settings) -> str:
 
 
 async def _launch(args: argparse.Namespace, settings: Settings, *, out: TextIO = sys.stderr) -> int:
-    from activities.training import check_config
-
-    config = _config(args)
-    problems = await asyncio.to_thread(check_config, config, require_skypilot=not args.dryrun)
-    if problems:
-        raise ConfigError(f"{args.config}: " + "; ".join(problems))
+    config = await asyncio.to_thread(_config, args)
     if args.dryrun:
         print(dryrun_text(config, settings), end="")
         return 0
+    from activities.training import TRAINING_CONFIG
+    from workers import exits
     from workers.runner import connect_or_start
     from workers.worker import running_worker
 
     client = await connect_or_start(settings, start_server=False, out=out)
+    if args.wait:
+        # The in-process worker polls a queue of this run's own, keyed by the run id: launching
+        # the same run with --wait again (after Ctrl-C, a crash) polls that queue again.
+        settings = settings.command_queue("train", config.run_id)
+        exits.note_on_interrupt(f"run {config.run_id} goes on when `gymflow train launch` of it runs with --wait again")
     handle = await start_run(client, config, task_queue=settings.task_queue, out=out)
     if not args.wait:
         print(f"run {handle.id} started; follow it with `gymflow train status {handle.id}`", file=out)
         return 0
-    async with running_worker(client, settings):
+    queue = (await handle.describe()).task_queue
+    async with contextlib.AsyncExitStack() as stack:
+        if queue == settings.task_queue:
+            await stack.enter_async_context(running_worker(client, settings))
+        else:  # a run launched without --wait: the workers of its queue drive it, this only follows
+            print(f"run {handle.id} runs on task queue {queue!r}: following it, its workers drive it", file=out)
         result = await follow(handle, out=out)
     if args.json:
         print(json.dumps(result, indent=2, default=str))
+    if result.get("error_type") == TRAINING_CONFIG:  # the config was at fault, as with a refusal before the start
+        return exits.USER_ERROR
     return 0 if result.get("status") == "completed" else 1
 
 
@@ -214,7 +179,7 @@ async def follow(handle: WorkflowHandle[Any, Any], *, out: TextIO, poll_s: float
         cause = exc.cause
         message = getattr(cause, "message", None) or str(cause or exc)
         print(f"run {handle.id} failed: {message}", file=out)
-        return {"run_id": handle.id, "status": "failed", "message": message}
+        return {"run_id": handle.id, "status": "failed", "message": message, "error_type": getattr(cause, "type", None)}
     print(f"run {handle.id} {result.status}: {result.steps} steps, manifest {result.manifest_uri}", file=out)
     return result.model_dump(mode="json")
 

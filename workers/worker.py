@@ -32,6 +32,7 @@ from activities.trainer_jobs import TrainerActivities
 from activities.training import TrainingActivities
 from activities.turn import TurnActivities
 from envs.admission import Admission
+from envs.errors import UserError
 from envs.mcp.ledger import reap_orphans
 from workers.config import Settings
 from workers.dedup import DedupInterceptor
@@ -235,7 +236,7 @@ async def running_worker(
             await datasets.aclose()
 
 
-class WorkerStartError(RuntimeError):
+class WorkerStartError(UserError, RuntimeError):
     """The worker cannot start (its Temporal server is unreachable)."""
 
 
@@ -250,7 +251,10 @@ async def run_worker(settings: Settings) -> None:
         try:
             client = await connect(settings.temporal_address, namespace=settings.namespace, data_converter=converter)
         except RuntimeError as exc:  # the SDK's "Failed client connect: ..."
-            raise WorkerStartError(f"cannot reach the Temporal server at {settings.temporal_address}: {exc}") from exc
+            raise WorkerStartError(
+                f"no Temporal server at {settings.temporal_address}: start one with `gymflow server`, or point "
+                f"--address (GYMFLOW_TEMPORAL_ADDRESS) at yours ({exc})"
+            ) from exc
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -50,6 +50,13 @@ def node_queue(task_queue: str, node_id: str) -> str:
     return f"{task_queue}{NODE_QUEUE_SEPARATOR}{node_id}"
 
 
+def command_queue(task_queue: str, command: str, key: str) -> str:
+    """The queue of one CLI command's in-process worker (`gymflow-eval-1a2b3c4d`): the command starts
+    its workflows there and only its worker polls it, so commands run side by side never run (or
+    log) each other's work. `gymflow worker` fleets keep polling `task_queue` itself."""
+    return f"{task_queue}-{command}-{key}"
+
+
 def judge_queue(task_queue: str) -> str:
     """The LLM-judge queue belonging to shared queue `task_queue`."""
     return f"{task_queue}{JUDGE_QUEUE_SUFFIX}"

@@ -49,7 +49,7 @@ def test_generate_and_show(temporal_address: str, tmp_path: Path) -> None:
         "dataset", "generate", "--source", f"corpus:{tmp_path / 'none'}", "--n", "3", *server, cwd=tmp_path
     )
     last = missing.stderr.strip().splitlines()[-1]  # (the in-process worker logs the failed activity above it)
-    assert missing.returncode == 1 and last.startswith("gymflow dataset generate:") and "does not exist" in last
+    assert missing.returncode == 2 and last.startswith("gymflow: ") and "does not exist" in last
 
 
 def test_a_plain_corpus_of_200_towns(temporal_address: str, tmp_path: Path) -> None:

@@ -128,6 +128,17 @@ async def _check_fused(client: Client, address: str, workflow_id: str, task: Tas
     assert data["steps"][1]["result"]["results"][0]["text"].startswith('{"products":')
 
 
+def cell(text: str, workflow_id: str, column: str) -> str:
+    """The cell of `column` in the row of `workflow_id` of a table `gymflow status` printed."""
+    lines = text.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.split() and line.split()[0] == workflow_id)
+    header = next(lines[i] for i in range(row, -1, -1) if lines[i].strip().startswith("workflow "))
+    start = header.index(column)
+    after = header[start + len(column) :]
+    end = start + len(column) + (len(after) - len(after.lstrip())) if after.strip() else None
+    return lines[row][start:end].strip()
+
+
 def _visible(found: status.Status, batch_id: str, orphan_id: str) -> bool:
     rows = {r.workflow_id: r for r in found.parents}
     batch = rows.get(batch_id)
@@ -179,7 +190,10 @@ async def test_status_lists_running_parents_with_progress(
     assert found.rollouts_running.get("crm", 0) >= 2
     text = status.render(found)
     assert text.index("BatchRolloutWorkflow") < text.index("DatasetGenerationWorkflow")
-    assert f"{batch.id} [crm]" in text and "in_flight 2" in text
+    assert cell(text, batch.id, "env") == "crm" and cell(text, batch.id, "in flight") == "2"
+    assert cell(text, batch.id, "done") == "0" and cell(text, batch.id, "web ui") == rows[batch.id].ui
+    assert "{" not in text  # tables, never a dict
+    assert "unavailable: no worker answered" in next(line for line in text.splitlines() if orphan.id in line)
     assert batch.id in {r["workflow_id"] for r in from_cli["parents"]}
     # The batch wrote its report when it ended, named after its policy.
     assert result.completed == 2 and result.mean_reward == 1.0 and result.report is not None

@@ -293,7 +293,7 @@ def test_a_bad_process_count_setting_is_a_clear_error(
     monkeypatch.setenv("GYMFLOW_WORKER_PROCESSES", "zero")
     assert main(["worker"]) == 2
     err = capsys.readouterr().err
-    assert "gymflow: invalid setting" in err and "worker_processes" in err
+    assert "gymflow: invalid setting" in err and "GYMFLOW_WORKER_PROCESSES='zero'" in err
 
 
 def test_auto_is_one_process_per_core() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from mcp_support import ROOT
 
 from workers.skyrl_trainer import overrides
-from workers.train_cli import load_run_config
+from workers.training_config import load_run_config
 
 
 def test_the_run_config_becomes_skyrl_overrides() -> None:

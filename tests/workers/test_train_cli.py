@@ -11,7 +11,7 @@ from mcp_support import ROOT
 
 from activities.training import check_config
 from workers.cli import main
-from workers.train_cli import ConfigError, load_run_config
+from workers.training_config import ConfigError, load_run_config
 
 EXAMPLES = ROOT / "envs" / "examples"
 
@@ -65,6 +65,28 @@ def test_launch_refuses_a_bad_config_before_connecting(
     code = main(["train", "launch", str(write(tmp_path, **changes)), "--address", "127.0.0.1:1", "--wait"])
     err = capsys.readouterr().err
     assert code == 2 and message in err, err
+
+
+def test_every_field_at_fault_is_named_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A shape error (pydantic) does not hide the content errors (env, resources) behind it."""
+    path = write(tmp_path, env="mathh", algorithm={"steps": -1}, trainer={"resources": {"cpus": 4096, "cpuz": 1}})
+    code = main(["train", "launch", str(path), "--address", "127.0.0.1:1", "--wait"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    for problem in ("algorithm.steps: Input should be greater than or equal to 0",
+                    "trainer.resources.cpuz: Extra inputs are not permitted", "env: unknown env 'mathh'",
+                    "trainer.resources.cpus: the local backend has"):  # fmt: skip
+        assert problem in err, err
+    # With the env right, its baseline policy is checked too, beside the other problems.
+    path = write(tmp_path, algorithm={"steps": -1}, baseline={"policy": "oracle"})
+    assert main(["train", "launch", str(path), "--address", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "algorithm.steps" in err and "baseline.policy: math has no baseline policy 'oracle'" in err, err
+    # A required field at fault leaves nothing to check further: the shape problems alone.
+    path = write(tmp_path, baseline={"policy": "softmax", "base_url": "http://x/v1"}, env="mathh")
+    assert main(["train", "launch", str(path), "--address", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "exactly one of 'policy'" in err and "unknown env" not in err, err
 
 
 def test_local_dryrun_prints_the_command(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

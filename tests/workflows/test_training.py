@@ -182,6 +182,21 @@ async def test_unreachable_storage_fails_before_anything_is_launched(
     assert not (tmp_path / "data" / "training" / str(run.run_id)).exists()
 
 
+async def test_every_problem_of_a_config_is_named_in_one_failure(
+    client: Client, worker: RunningWorker, calculator_policy_url: str, tmp_path: Path
+) -> None:
+    """Three mistakes in three checks (a policy, the dataset, the storage): one try names all three."""
+    run = config(
+        run_id(), calculator_policy_url, baseline={"policy": "oracle"},
+        dataset={"uri": str(tmp_path / "no-dataset")}, storage="file:///proc/gymflow-nowhere",
+    )  # fmt: skip
+    cause = await failure(await start(client, worker, run))
+    assert isinstance(cause, ApplicationError) and cause.non_retryable, cause
+    for field in ("baseline.policy: math has no baseline policy 'oracle'", "dataset: ", "storage: cannot write"):
+        assert field in cause.message, cause.message
+    assert not (worker.settings.data_dir / "training" / str(run.run_id)).exists()
+
+
 async def test_a_trainer_that_crashes_fails_the_run_with_its_last_log_lines(
     client: Client, worker: RunningWorker, calculator_policy_url: str
 ) -> None:
