@@ -13,7 +13,7 @@ Design decisions:
 * Nothing is ever pickled: bundles are tar/JSON/TOML, datasets JSONL, checkpoints JSON.
 * Datasets: a directory or prefix written by the dataset workflow (`manifest.json` naming the env,
   `train.jsonl`, `eval.jsonl`), or a name the env's own `load_dataset` understands. Either way every
-  row is validated as an `envs.contract.Task`, and the splits are re-written canonically, so their
+  row is validated as an `gymflow.envs.contract.Task`, and the splits are re-written canonically, so their
   digest depends on the tasks only.
 """
 
@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from activities.storage import StorageError, Store, open_store
-from envs.contract import DatasetError, Task
-from envs.datagen.format import tasks_from_jsonl
-from envs.registry import env_class, is_env_file
-from workflows.training_schema import DatasetConfig
+from gymflow.activities.storage import StorageError, Store, open_store
+from gymflow.envs.contract import DatasetError, Task
+from gymflow.envs.datagen.format import tasks_from_jsonl
+from gymflow.envs.registry import env_class, is_env_file
+from gymflow.workflows.training_schema import DatasetConfig
 
 DATA_SUFFIXES = {".py", ".yaml", ".yml", ".json", ".jsonl", ".txt", ".md", ".toml", ".csv"}
 _REQUIREMENT_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
@@ -205,7 +205,7 @@ async def read_splits(config: DatasetConfig, env: str, *, s3_endpoint_url: str |
         files = {
             split: (manifest.get("splits") or {}).get(split, {}).get("jsonl") or f"{split}.jsonl"
             for split in ("train", "eval")
-        }  # the manifest names its split files (envs.datagen.format), relative to the URI
+        }  # the manifest names its split files (gymflow.envs.datagen.format), relative to the URI
         train = tasks_from_jsonl(await _get(store, files["train"], config.uri), source=store.uri(files["train"]))
         evals = tasks_from_jsonl(await _get(store, files["eval"], config.uri), source=store.uri(files["eval"]))
         splits = Splits(train, evals, {"uri": config.uri, "manifest": manifest})

@@ -4,7 +4,7 @@ Pure (no I/O): the `compare_checkpoint` activity reads both batches' trajectorie
 report this returns. Scores are paired by task; infra-failed rollouts are dropped (never scored
 0), and a task only one side scored is left out of the comparison.
 
-Intervals resample tasks (a percentile bootstrap over per-task values, `envs.stats.mean_ci`): the
+Intervals resample tasks (a percentile bootstrap over per-task values, `gymflow.envs.eval.stats.mean_ci`): the
 question a checkpoint comparison answers is whether it is better on tasks like these, and with one
 sample per task (the default) rliable's stratified bootstrap, which keeps the tasks and redraws
 their runs, has nothing to redraw. The probability of improvement is rliable's (per task, the
@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from envs.contract import Trajectory
-from envs.stats import Bootstrap, StatsError, group_by_task, mean_ci, probability_of_improvement
-from workflows.training_schema import EvalSummary
+from gymflow.envs.contract import Trajectory
+from gymflow.envs.eval.stats import Bootstrap, StatsError, group_by_task, mean_ci, probability_of_improvement
+from gymflow.workflows.training_schema import EvalSummary
 
 
 def _scores(trajectories: list[Trajectory]) -> dict[str, list[float]]:

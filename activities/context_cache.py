@@ -1,6 +1,6 @@
 """What a node remembers of its fused rollouts' conversations, so a turn's input carries only what is new.
 
-A fused turn (activities.turn) needs the whole conversation and the tool list. Sent whole every
+A fused turn (gymflow.activities.turn) needs the whole conversation and the tool list. Sent whole every
 turn, the conversation makes a rollout's history grow with the square of its turns (turn k carries
 k turns of messages): 123 KiB for a 20-turn rollout of the benchmark env whose own messages total
 about 6 KiB, converted to and from JSON on both sides of every turn. The node that plays a
@@ -8,7 +8,7 @@ rollout's turns is always the same one (the rollout is pinned to its node queue)
 the last turn saw — the conversation, the reply it gave, the tools, the model settings and the task
 to score a final answer against — under a fresh random token, and the next turn sends the token,
 how many messages it covers, and the messages after them (the tool results the workflow added) as
-an `activities.turn.TurnDelta`. History then grows with the conversation, not its square, and a
+an `gymflow.activities.turn.TurnDelta`. History then grows with the conversation, not its square, and a
 turn's input carries nothing that does not change between turns.
 
 The cache is only an optimisation; the workflow's transcript stays the record. A token names one
@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-from activities.model import ModelConfig
-from envs.contract import Message, Task, ToolSpec, json_bytes
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.contract import Message, Task, ToolSpec, json_bytes
 
 DEFAULT_MAX_CHARS = 256 * 1024 * 1024
 """Default bound on the characters held (content, raw tool-call arguments, inline images' base64)."""

@@ -6,12 +6,12 @@ Four activities, each over many items (DESIGN: never one activity per item):
   file, an env's generator — rejects what cannot be used (with reasons), assigns splits by
   source group, chunks documents and writes the plan of candidates to storage.
 * `generate_dataset_batch` turns one slice of the plan into drafts (offline, or model calls
-  through `activities.dataset_calls`, recorded so no completed call is made twice) and runs the
+  through `gymflow.activities.dataset_calls`, recorded so no completed call is made twice) and runs the
   per-item filters: guards, too-easy retrieval, the grounding judge. It writes a batch file.
 * `merge_dataset_batch` applies what spans batches, in batch order: the target, per-type quotas
   and near-duplicate removal (MinHash over everything accepted so far).
 * `finalize_dataset` writes the splits (JSONL + Parquet), the corpus, every rejection and the
-  manifest (`envs.datagen.format`).
+  manifest (`gymflow.envs.datagen.format`).
 
 Every output is keyed by the workflow id (``<out>/work/<id>/...``) and batch index and is a pure
 function of the inputs and the recorded model replies, so a retried activity rewrites the same
@@ -28,10 +28,10 @@ from typing import Any
 
 from temporalio import activity
 
-from activities import errors
-from activities.dataset_calls import CallFailed, CallStore, endpoints
-from activities.dataset_finalize import write_dataset
-from activities.dataset_models import (
+from gymflow.activities import errors
+from gymflow.activities.dataset_calls import CallFailed, CallStore, endpoints
+from gymflow.activities.dataset_finalize import write_dataset
+from gymflow.activities.dataset_models import (
     BatchInput,
     BatchRecord,
     BatchSummary,
@@ -43,14 +43,14 @@ from activities.dataset_models import (
     ScanResult,
     work_prefix,
 )
-from activities.dataset_scan import scan
-from activities.model import _heartbeating
-from activities.storage import StorageError, Store, open_store
-from envs.contract import Task
-from envs.datagen import format as fmt
-from envs.datagen.corpus import Chunk, Rejection, reject
-from envs.datagen.filters import MinHashDedup, answer_in, guard
-from envs.datagen.generate import (
+from gymflow.activities.dataset_scan import scan
+from gymflow.activities.model import _heartbeating
+from gymflow.activities.storage import StorageError, Store, open_store
+from gymflow.envs.contract import Task
+from gymflow.envs.datagen import format as fmt
+from gymflow.envs.datagen.corpus import Chunk, Rejection, reject
+from gymflow.envs.datagen.filters import MinHashDedup, answer_in, guard
+from gymflow.envs.datagen.generate import (
     Candidate,
     Draft,
     generation_messages,
@@ -60,16 +60,16 @@ from envs.datagen.generate import (
     parse_generation,
     parse_judge,
 )
-from envs.datagen.index import Bm25Index
-from envs.datagen.plan import task_id
-from envs.datagen.text import CorpusContext
-from envs.datagen.traces import TraceTurn, dedup_text, label_messages, load_redactor, turn_task
+from gymflow.envs.datagen.index import Bm25Index
+from gymflow.envs.datagen.plan import task_id
+from gymflow.envs.datagen.text import CorpusContext
+from gymflow.envs.datagen.traces import TraceTurn, dedup_text, label_messages, load_redactor, turn_task
 
 _CACHED_RUNS = 8
 
 
 class DatasetActivities:
-    """Activities of `DatasetGenerationWorkflow` (`workflows.dataset`).
+    """Activities of `DatasetGenerationWorkflow` (`gymflow.workflows.dataset`).
 
     Args:
         default_uri: Store of datasets whose input names no `out`.

@@ -33,9 +33,9 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
-from activities.judge import JUDGE_ENDPOINT
-from activities.model import MODEL_ENDPOINT, ChatEndpoint, ModelConfig, chat_body
-from activities.storage import StorageError, Store
+from gymflow.activities.judge import JUDGE_ENDPOINT
+from gymflow.activities.model import MODEL_ENDPOINT, ChatEndpoint, ModelConfig, chat_body
+from gymflow.activities.storage import StorageError, Store
 
 
 class CallFailed(Exception):

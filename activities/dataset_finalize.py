@@ -1,11 +1,11 @@
 """The last step of dataset generation: the dataset files a run leaves at its URI.
 
 Reads the accepted and rejected files of every merged batch (``work/<id>/``) and writes the
-layout `envs.datagen.format` describes: ``{train,eval}.jsonl`` and ``.parquet``, ``corpus.jsonl``
+layout `gymflow.envs.datagen.format` describes: ``{train,eval}.jsonl`` and ``.parquet``, ``corpus.jsonl``
 for corpus sources (every task's ``init_args.corpus`` points at it), ``rejected.jsonl`` (scan
 rejections first, then batch by batch) and ``manifest.json`` last, so a reader that finds a
 manifest finds every file it names. When the accepted rows left a split empty, whole source
-components move to it first (`envs.datagen.plan.fill_empty_split`; the manifest counts the rows).
+components move to it first (`gymflow.envs.datagen.plan.fill_empty_split`; the manifest counts the rows).
 Deterministic: a retried finalize writes the same bytes.
 """
 
@@ -16,11 +16,11 @@ import hashlib
 import json
 from collections.abc import Awaitable, Callable
 
-from activities.dataset_models import BatchRecord, FinalizeInput, FinalizeResult, work_prefix
-from activities.storage import Store
-from envs.contract import Task
-from envs.datagen import format as fmt
-from envs.datagen.plan import fill_empty_split
+from gymflow.activities.dataset_models import BatchRecord, FinalizeInput, FinalizeResult, work_prefix
+from gymflow.activities.storage import Store
+from gymflow.envs.contract import Task
+from gymflow.envs.datagen import format as fmt
+from gymflow.envs.datagen.plan import fill_empty_split
 
 
 async def write_dataset(

@@ -1,6 +1,6 @@
 """Inputs and results of the dataset activities, and the generation options they share.
 
-Kept apart from the activities so the workflow side (`workflows.schema`, the sandbox) imports
+Kept apart from the activities so the workflow side (`gymflow.workflows.schema`, the sandbox) imports
 plain models only.
 """
 
@@ -12,11 +12,11 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from activities.model import ModelConfig
-from envs.contract import Task, Wire
-from envs.datagen.corpus import DEFAULT_MAX_BYTES, Rejection
-from envs.datagen.filters import FilterName, GuardConfig
-from envs.datagen.generate import QUESTION_TYPES, QuestionType
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.contract import Task, Wire
+from gymflow.envs.datagen.corpus import DEFAULT_MAX_BYTES, Rejection
+from gymflow.envs.datagen.filters import FilterName, GuardConfig
+from gymflow.envs.datagen.generate import QUESTION_TYPES, QuestionType
 
 SourceKind = Literal["corpus", "traces", "env"]
 DEFAULT_ENV = {"corpus": "search", "traces": "traces"}
@@ -66,7 +66,7 @@ class GenerationOptions(Wire):
     """Reject questions whose answer is in the top-1 BM25 passage for the question (also off when
     `skip_filters` names ``too_easy``)."""
     skip_filters: list[FilterName] = Field(default_factory=list)
-    """Filters not applied (`envs.datagen.filters.FILTERS`): ``too_easy``, ``dedup`` (near-duplicates;
+    """Filters not applied (`gymflow.envs.datagen.filters.FILTERS`): ``too_easy``, ``dedup`` (near-duplicates;
     exact duplicates are still dropped), ``quota`` (the per-type caps of `quotas`)."""
     dedup_threshold: float = Field(default=0.8, gt=0, le=1)
     """Estimated Jaccard similarity (word 2-grams) from which a question is a near-duplicate."""

@@ -3,7 +3,7 @@
 Files over the size limit are reported with their size and never read (a 50 MB file costs a
 `stat` or the S3 listing, not 50 MB of memory). Listing order is sorted by id, so a corpus gives
 the same documents in the same order on every worker. Blocking file and boto3 calls run in a
-thread; boto3 makes one attempt per call (`activities.storage.s3_client`), Temporal retries.
+thread; boto3 makes one attempt per call (`gymflow.activities.storage.s3_client`), Temporal retries.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from activities.storage import StorageError, parse_s3_uri, s3_client
+from gymflow.activities.storage import StorageError, parse_s3_uri, s3_client
 
 
 @dataclass(frozen=True)

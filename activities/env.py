@@ -30,11 +30,10 @@ from pydantic import Field, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import errors
-from activities.context_cache import ContextCache
-from activities.heartbeat import heartbeating, third_of_timeout
-from envs.admission import Admission, Step
-from envs.contract import (
+from gymflow.activities import errors
+from gymflow.activities.context_cache import ContextCache
+from gymflow.activities.heartbeat import heartbeating, third_of_timeout
+from gymflow.envs.contract import (
     BaseEnv,
     InfraError,
     Message,
@@ -49,8 +48,9 @@ from envs.contract import (
     Wire,
     json_bytes,
 )
-from envs.registry import EnvFileError, UnknownEnvError, env_class, storage_name
-from envs.rewards.rubric import Rubric
+from gymflow.envs.registry import EnvFileError, UnknownEnvError, env_class, storage_name
+from gymflow.envs.rewards.rubric import Rubric
+from gymflow.workers.admission import Admission, Step
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -79,7 +79,7 @@ class RolloutHandle(Wire):
     replayable: bool = False
     stateless: bool = False
     fused_turns: bool = False
-    """The env asks for fused turns (BaseEnv.fused_turns, activities.turn)."""
+    """The env asks for fused turns (BaseEnv.fused_turns, gymflow.activities.turn)."""
     rubric: Rubric | None = None
     """The env's judge rubric for this task, if it has one."""
     payload_limit_bytes: int | None = None
@@ -182,7 +182,7 @@ class EnvActivities:
         self._held: dict[tuple[str, str], str] = {}
         """(env, state key) -> id of the workflow whose rollout holds that state on this node."""
         self.contexts = ContextCache()
-        """Fused rollouts' conversations on this node, dropped with the rollout's state (activities.turn)."""
+        """Fused rollouts' conversations on this node, dropped with the rollout's state (gymflow.activities.turn)."""
 
     def env(self, name: str) -> BaseEnv:
         """The worker's instance of env `name`, created on first use."""

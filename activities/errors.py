@@ -40,14 +40,14 @@ ROLLOUT_NOT_FOUND = "RolloutNotFound"
 REWARD_ERROR = "RewardError"
 CONTEXT_MISSING = "TurnContextMissing"
 """Non-retryable: a fused turn named a conversation this node no longer holds
-(activities.context_cache); the workflow sends the turn again whole."""
+(gymflow.activities.context_cache); the workflow sends the turn again whole."""
 """Non-retryable: the reward function raised or returned a non-finite value."""
 
 # Inputs
 INVALID_INPUT = "InvalidInput"
 """Non-retryable: workflow or activity input failed validation; the message names the field."""
 SESSION_ENDED = "SessionEnded"
-"""An update reached a trainer-driven session whose episode is already over (workflows.session)."""
+"""An update reached a trainer-driven session whose episode is already over (gymflow.workflows.session)."""
 
 # Storage
 STORAGE_ERROR = "StorageError"

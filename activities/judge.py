@@ -2,11 +2,11 @@
 chat endpoint (vLLM, SGLang, OpenAI, a proxy).
 
 `JudgeActivities` renders the prompt and parses the reply with the pure half of the judge
-(`envs.rewards.judge`), so what is sent and how the reply is read are the same code a test or
-a workflow can run. The HTTP half is `activities.model.ChatEndpoint`, shared with the model
+(`gymflow.envs.rewards.judge`), so what is sent and how the reply is read are the same code a test or
+a workflow can run. The HTTP half is `gymflow.activities.model.ChatEndpoint`, shared with the model
 activity: one owned aiohttp session that never retries (Temporal's RetryPolicy is the only retry
 loop), the API key from worker configuration (never from input, scrubbed from errors), and the
-same failure mapping under the judge's own error types (`activities.errors`):
+same failure mapping under the judge's own error types (`gymflow.activities.errors`):
 
 * connection errors, timeouts, HTTP 408/409/429/5xx, a 200 that is not a chat completion ->
   retryable ``JUDGE_ERROR`` (``Retry-After`` becomes ``next_retry_delay``);
@@ -18,8 +18,8 @@ same failure mapping under the judge's own error types (`activities.errors`):
   ``non_retryable_error_types`` instead.
 
 Judges are usually shared, rate-limited APIs. Schedule this activity on its own task queue
-(`workflows.names.JUDGE_TASK_QUEUE`) and poll that queue with workers built by
-`workers.judge_worker.judge_worker`, which sets ``max_task_queue_activities_per_second``: a limit
+(`gymflow.workflows.names.JUDGE_TASK_QUEUE`) and poll that queue with workers built by
+`gymflow.workers.judge_worker.judge_worker`, which sets ``max_task_queue_activities_per_second``: a limit
 the Temporal server enforces for the queue as a whole, so it holds however many judge workers
 run (each worker's own ``max_activities_per_second`` would multiply with their number).
 """
@@ -32,10 +32,10 @@ import aiohttp
 from pydantic import Field
 from temporalio import activity
 
-from activities.errors import JUDGE_ERROR, JUDGE_REJECTED, JUDGE_REPLY_INVALID, retryable
-from activities.model import ChatEndpoint, EndpointErrors, ModelConfig, chat_body, completion_usage
-from envs.contract import Message, Reward, Usage, Wire
-from envs.rewards.judge import (
+from gymflow.activities.errors import JUDGE_ERROR, JUDGE_REJECTED, JUDGE_REPLY_INVALID, retryable
+from gymflow.activities.model import ChatEndpoint, EndpointErrors, ModelConfig, chat_body, completion_usage
+from gymflow.envs.contract import Message, Reward, Usage, Wire
+from gymflow.envs.rewards.judge import (
     JudgeParseError,
     JudgeVerdict,
     OutOfRange,
@@ -43,7 +43,7 @@ from envs.rewards.judge import (
     render_judge_prompt,
     verdict_reward,
 )
-from envs.rewards.rubric import Rubric
+from gymflow.envs.rewards.rubric import Rubric
 
 JUDGE_ENDPOINT = EndpointErrors(
     retryable=JUDGE_ERROR,
@@ -83,7 +83,7 @@ class JudgeResult(Wire):
     """The judge's verdict and the Reward it aggregates to."""
 
     reward: Reward
-    """`envs.rewards.rubric.aggregate` of the scores: the total plus one component per criterion."""
+    """`gymflow.envs.rewards.rubric.aggregate` of the scores: the total plus one component per criterion."""
     verdict: JudgeVerdict
     """Scores, reasons, clamped scores and the repairs the reply needed."""
     model: str

@@ -3,7 +3,7 @@
 `ModelActivities` owns one `aiohttp.ClientSession` per worker, so connections to the model server
 are reused across rollouts. The client does not retry: Temporal's RetryPolicy is the only retry
 loop, and every failure is raised as an `ApplicationError` whose type says whether retrying can
-help (see `activities.errors`):
+help (see `gymflow.activities.errors`):
 
 * connection errors, timeouts, HTTP 408/409/429/5xx, and a 200 that is not a chat completion ->
   retryable ``MODEL_ERROR`` (``Retry-After`` becomes ``next_retry_delay``);
@@ -15,7 +15,7 @@ help (see `activities.errors`):
 configuration, passed to `ModelActivities`, and scrubbed from every error message.
 
 The HTTP half (`ChatEndpoint`: the owned client, the key, heartbeats and the error mapping) is
-shared with the judge activity (`activities.judge`), which maps the same failures to its own
+shared with the judge activity (`gymflow.activities.judge`), which maps the same failures to its own
 error types (`EndpointErrors`).
 """
 
@@ -35,12 +35,12 @@ import aiohttp
 from pydantic import Field
 from temporalio import activity
 
-from activities.errors import CONTEXT_LENGTH, MODEL_ERROR, MODEL_REJECTED, non_retryable, retryable
-from activities.heartbeat import heartbeating, third_of_timeout
-from envs import chat
-from envs.chat_images import render_messages_with_images
-from envs.contract import Message, ToolSpec, Usage, Wire, json_bytes
-from envs.tokens import TokenPrefix, TurnTokens, completion_token_data, turn_tokens
+from gymflow.activities.errors import CONTEXT_LENGTH, MODEL_ERROR, MODEL_REJECTED, non_retryable, retryable
+from gymflow.activities.heartbeat import heartbeating, third_of_timeout
+from gymflow.envs.contract import Message, ToolSpec, Usage, Wire, json_bytes
+from gymflow.envs.wire import chat
+from gymflow.envs.wire.images import render_messages_with_images
+from gymflow.envs.wire.tokens import TokenPrefix, TurnTokens, completion_token_data, turn_tokens
 
 _T = TypeVar("_T")
 
@@ -98,7 +98,7 @@ class ModelConfig(Wire):
     local_activity: bool = False
     """Run each turn as a local activity of the workflow's worker: one server round trip per turn
     fewer and no conversation in history, for short turns. A generation then holds a workflow task
-    slot while it runs, and stopping a worker waits for its in-flight turns (workflows.rollout)."""
+    slot while it runs, and stopping a worker waits for its in-flight turns (gymflow.workflows.rollout)."""
 
 
 class GenerateInput(Wire):
@@ -118,7 +118,7 @@ class GenerateInput(Wire):
     """Turn number within the rollout; makes generated tool call ids unique."""
     token_prefix: TokenPrefix | None = None
     """The previous turn's prompt + completion tokens (length, digest), when token data is on: the
-    prompt is checked to extend it and only the new tokens are recorded (envs.tokens)."""
+    prompt is checked to extend it and only the new tokens are recorded (gymflow.envs.wire.tokens)."""
 
 
 class GenerateResult(Wire):

@@ -1,6 +1,6 @@
 """The report boundary: a finished batch's trajectories, read from storage, become its report.
 
-`render_batch_report` reads the batch's JSONL parts, computes the report (envs.report: the same
+`render_batch_report` reads the batch's JSONL parts, computes the report (gymflow.envs.eval.report: the same
 numbers `gymflow eval` shows) and writes ``report.html`` (self-contained, inline SVG plots) and
 ``report.json`` beside the parts, under ``<batch id>/``. `BatchRolloutWorkflow` runs it when it
 ends, so every batch has a report however it was started (CLI, SDK, ``temporal workflow start``),
@@ -20,12 +20,12 @@ from pydantic import Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import errors
-from activities.storage import StorageActivities, StorageError, read_trajectories
-from envs import stats
-from envs.contract import Wire
-from envs.report import BatchRef
-from envs.report.html import render_report
+from gymflow.activities import errors
+from gymflow.activities.storage import StorageActivities, StorageError, read_trajectories
+from gymflow.envs.contract import Wire
+from gymflow.envs.eval import stats
+from gymflow.envs.eval.html import render_report
+from gymflow.envs.eval.report import BatchRef
 
 REPORT_HTML = "report.html"
 REPORT_JSON = "report.json"

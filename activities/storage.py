@@ -22,11 +22,11 @@ from temporalio import activity
 from temporalio.contrib.aws.s3driver import S3StorageDriverClient
 from temporalio.exceptions import ApplicationError
 
-from activities import errors
-from envs.admission import Admission
-from envs.contract import DatasetError, Task, Trajectory, Wire
-from envs.datagen.format import tasks_from_jsonl, to_jsonl
-from envs.registry import dataset_page, page_of
+from gymflow.activities import errors
+from gymflow.envs.contract import DatasetError, Task, Trajectory, Wire
+from gymflow.envs.datagen.format import tasks_from_jsonl, to_jsonl
+from gymflow.envs.registry import dataset_page, page_of
+from gymflow.workers.admission import Admission
 
 
 class StorageError(RuntimeError):
@@ -105,7 +105,7 @@ def s3_client(*, endpoint_url: str | None = None, region: str | None = None) -> 
 class Boto3StorageDriverClient(S3StorageDriverClient):
     """temporalio's S3 external-storage driver over a (sync) boto3 client, each call in a thread.
 
-    Used by the data converter (workers.client) so payloads over the inline threshold — a huge
+    Used by the data converter (gymflow.workers.sdk.client) so payloads over the inline threshold — a huge
     tool output, a long trajectory — live in S3 and history holds a small reference. The boto3
     client comes from `s3_client()` (one attempt per call: the Temporal activity or workflow task
     that needed the payload is what retries). `prefix` is put in front of the driver's keys
@@ -275,7 +275,7 @@ class StorageActivities:
     @activity.defn(name="load_tasks")
     async def load_tasks(self, input: LoadTasksInput) -> list[Task]:
         """One page of an env's dataset, so a batch never holds a whole dataset in its history."""
-        from envs.registry import UnknownEnvError, env_class
+        from gymflow.envs.registry import UnknownEnvError, env_class
 
         if is_object_uri(input.dataset):  # a training run's uploaded split: Task JSONL in storage
             try:

@@ -1,9 +1,9 @@
 """The training run's preparation and evaluation boundary: validate a run, serve its policies,
 bundle and upload what the trainer needs, compare checkpoints with the baseline, write the
-manifest. Launching, watching and stopping the trainer is activities.trainer_jobs.
+manifest. Launching, watching and stopping the trainer is gymflow.activities.trainer_jobs.
 
 Each activity is idempotent by run id: storage keys are content-addressed or per run, and the
-backends (deploy.training) find a job they started before instead of starting another. Watching is
+backends (gymflow.deploy.training) find a job they started before instead of starting another. Watching is
 a heartbeating activity that returns when the trainer ends or after a slice of time, so a killed
 worker's watch is picked up by another within the heartbeat timeout, and the workflow gets a point
 to continue as new. Failures that retrying cannot fix (a bad config, a trainer that failed) are
@@ -26,22 +26,16 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import errors
-from activities.bundle import Bundle, BundleError, build_bundle, read_splits, sha256
-from activities.comparison import compare_batches
-from activities.model import ModelConfig
-from activities.storage import StorageError, open_store, read_trajectories
-from deploy import training as backends
-from envs.contract import BaseEnv, DatasetError, Task, Wire
-from envs.datagen.format import to_jsonl
-from envs.registry import EnvFileError, UnknownEnvError, env_class
-from workflows.training_schema import (
-    CheckpointReport,
-    EvalSummary,
-    PreparedRun,
-    RunConfig,
-    TrainerSpec,
-)
+from gymflow.activities import errors
+from gymflow.activities.bundle import Bundle, BundleError, build_bundle, read_splits, sha256
+from gymflow.activities.comparison import compare_batches
+from gymflow.activities.model import ModelConfig
+from gymflow.activities.storage import StorageError, open_store, read_trajectories
+from gymflow.deploy import training as backends
+from gymflow.envs.contract import BaseEnv, DatasetError, Task, Wire
+from gymflow.envs.datagen.format import to_jsonl
+from gymflow.envs.registry import EnvFileError, UnknownEnvError, env_class
+from gymflow.workflows.training_schema import CheckpointReport, EvalSummary, PreparedRun, RunConfig, TrainerSpec
 
 TRAINING_CONFIG = "TrainingConfigError"
 """Non-retryable: the run's config is invalid; the message names every field at fault."""
@@ -267,7 +261,7 @@ class TrainingActivities:
             command = [
                 sys.executable,
                 "-m",
-                "workers.cli",
+                "gymflow.workers.cli.main",
                 "policy",
                 "serve",
                 input.env,
@@ -295,7 +289,7 @@ class TrainingActivities:
 
     @activity.defn(name="bundle_env")
     async def bundle(self, env: str) -> BundleInfo:
-        """Build the env's sdist (see activities.bundle) and keep it in this host's bundle cache."""
+        """Build the env's sdist (see gymflow.activities.bundle) and keep it in this host's bundle cache."""
         try:
             bundle = await asyncio.to_thread(build_bundle, env)
         except (BundleError, OSError) as exc:
@@ -383,7 +377,7 @@ class TrainingActivities:
 
     @activity.defn(name="compare_checkpoint")
     async def compare(self, input: CompareInput) -> EvalSummary:
-        """A checkpoint's eval batch against the baseline's, paired by task (envs.stats)."""
+        """A checkpoint's eval batch against the baseline's, paired by task (gymflow.envs.eval.stats)."""
         checkpoint = await read_trajectories(input.parts, s3_endpoint_url=self.s3_endpoint_url)
         baseline = await read_trajectories(input.baseline_parts, s3_endpoint_url=self.s3_endpoint_url)
         summary, report = await asyncio.to_thread(compare_batches, input, checkpoint, baseline)

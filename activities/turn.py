@@ -14,7 +14,7 @@ the workflow fuses turns only for those, and only when the env asks for it (`Bas
 or the rollout does (`RolloutInput.fuse_turns`). Stateful envs keep one activity per tool call:
 a completed call is never run again.
 
-The node keeps what each turn saw (activities.context_cache), so the next turn's input carries only
+The node keeps what each turn saw (gymflow.activities.context_cache), so the next turn's input carries only
 the messages added since — the tool results — and the rollout's history grows with its conversation,
 not with its square. A node that no longer holds it fails the turn with CONTEXT_MISSING before the
 model is asked, and the workflow sends the turn whole.
@@ -44,11 +44,11 @@ from collections.abc import Sequence
 from pydantic import Field, model_validator
 from temporalio import activity
 
-from activities import errors
-from activities.env import CallToolInput, ComputeRewardInput, EnvActivities, log_context
-from activities.model import GenerateInput, GenerateResult, ModelActivities
-from envs.contract import Message, Reward, Task, ToolCall, ToolResult, ToolSpec, Wire, json_bytes
-from envs.tokens import TokenPrefix
+from gymflow.activities import errors
+from gymflow.activities.env import CallToolInput, ComputeRewardInput, EnvActivities, log_context
+from gymflow.activities.model import GenerateInput, GenerateResult, ModelActivities
+from gymflow.envs.contract import Message, Reward, Task, ToolCall, ToolResult, ToolSpec, Wire, json_bytes
+from gymflow.envs.wire.tokens import TokenPrefix
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def refusal(call: ToolCall, tools: Sequence[ToolSpec], calls_made: int, max_call
 
 
 class CachedContext(Wire):
-    """The start of a turn's conversation that this node already holds (activities.context_cache)."""
+    """The start of a turn's conversation that this node already holds (gymflow.activities.context_cache)."""
 
     token: str
     """What the node's previous turn of this rollout returned as `PlayTurnResult.context_token`."""

@@ -38,12 +38,12 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 
-from activities.model import ModelConfig
 from bench.procs import Procs, load, start_policy, start_server, start_worker
 from bench.scale_model import Assumptions, heartbeats_per_turn
 from bench.workload import ENV_NAME, bench_task, endpoint
-from workers import client as sdk
-from workflows.schema import RolloutInput, RolloutLimits
+from gymflow.activities.model import ModelConfig
+from gymflow.workers.sdk import client as sdk
+from gymflow.workflows.schema import RolloutInput, RolloutLimits
 
 OUT = Path(__file__).resolve().parent / "out"
 QUEUE = "bench-actions"
@@ -55,7 +55,7 @@ PLANS: list[tuple[str, dict[str, Any]]] = [
 ]
 """Rollout plans: label -> overrides of RolloutInput. One activity per model turn and per tool call
 (classic; the bench env fuses by default, so it is asked not to), model turns as local activities,
-one activity per turn (fused: activities.turn). A plan whose fields RolloutInput lacks (an older
+one activity per turn (fused: gymflow.activities.turn). A plan whose fields RolloutInput lacks (an older
 commit) is reported as skipped, not run."""
 
 

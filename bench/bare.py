@@ -7,7 +7,7 @@ turns, and fused turns (one activity per turn on the node queue, the last one wi
 (init and model turns on the shared queue, tool calls and the end of the rollout on the node queue
 that init returns; model turns as local activities when gymflow's are), but each activity returns
 a few bytes after the scenario's model or tool latency (none in (a) and (b)) and the workflow keeps no
-transcript. Run by a worker with gymflow's worker settings (`workers.worker.worker_tuning`) on
+transcript. Run by a worker with gymflow's worker settings (`gymflow.workers.worker.worker_tuning`) on
 the same server, it is the throughput and latency floor that gymflow's orchestration can approach.
 
 With `BareInput.model_url` (fused plan), each turn does the rollout's real work instead, as the
@@ -26,10 +26,10 @@ from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.model import ModelConfig
     from bench.direct import DirectRun, DirectRunner
     from bench.workload import bench_task
-    from workflows.names import SA_REWARD, SA_STATUS
+    from gymflow.activities.model import ModelConfig
+    from gymflow.workflows.names import SA_REWARD, SA_STATUS
 
 BARE_WORKFLOW = "BenchBareWorkflow"
 TIMEOUT = timedelta(seconds=60)
@@ -58,7 +58,7 @@ class BareInput:
     """Upsert a status and a reward search attribute and a memo field at the end, as RolloutWorkflow does."""
     fused: bool = False
     """Each turn one activity on the node queue (model latency, then the tool's), the last one with
-    the reward: gymflow's fused turns (activities.turn)."""
+    the reward: gymflow's fused turns (gymflow.activities.turn)."""
     node_timeouts: bool = False
     """Give each turn on the node queue the schedule-to-start and heartbeat timeouts RolloutWorkflow's
     node activities have (a lost node, a dead worker): the server keeps a timer for each."""

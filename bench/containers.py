@@ -18,11 +18,11 @@ import time
 import uuid
 from pathlib import Path
 
-from envs.runtime.base import Limits, RolloutSpec
-from envs.runtime.container import ContainerRuntime, ContainerSandbox
-from envs.runtime.images import ensure_base
-from envs.runtime.reaper import reap
-from envs.runtime.terminal import build_server
+from gymflow.envs.runtime.base import Limits, RolloutSpec
+from gymflow.envs.runtime.container import ContainerRuntime, ContainerSandbox
+from gymflow.envs.runtime.images import ensure_base
+from gymflow.envs.runtime.reaper import reap
+from gymflow.envs.runtime.terminal import build_server
 
 IMAGE = "debian:bookworm-slim"
 STATE_ROOT = Path("/var/tmp/gymflow-bench-runtime")

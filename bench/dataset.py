@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.dataset [--docs 200] [--n 400] [--repeats 2] [--delay-ms 20]
 
-A 200-document corpus (`envs.search.sample`), then, alternating, each pipeline `--repeats` times:
+A 200-document corpus (`gymflow.envs.builtin.search.sample`), then, alternating, each pipeline `--repeats` times:
 
 * **direct**: one asyncio process doing the same work with the same functions (read, check,
   chunk, link, plan; drafts, guards, too-easy, judge; quotas and MinHash dedup; JSONL + Parquet)
@@ -32,15 +32,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from activities.dataset_models import DatasetSource, GenerationOptions
-from activities.judge import JUDGE_ENDPOINT
-from activities.model import MODEL_ENDPOINT, ChatEndpoint, ModelConfig, chat_body
 from bench.procs import ROOT, Procs, free_port, load, measured, start_server
-from envs.contract import Task
-from envs.datagen import format as fmt
-from envs.datagen.corpus import Document, chunk_document, decode_document
-from envs.datagen.filters import MinHashDedup, answer_in, guard, quota_caps
-from envs.datagen.generate import (
+from gymflow.activities.dataset_models import DatasetSource, GenerationOptions
+from gymflow.activities.judge import JUDGE_ENDPOINT
+from gymflow.activities.model import MODEL_ENDPOINT, ChatEndpoint, ModelConfig, chat_body
+from gymflow.envs.builtin.search.sample import write_sample_corpus
+from gymflow.envs.contract import Task
+from gymflow.envs.datagen import format as fmt
+from gymflow.envs.datagen.corpus import Document, chunk_document, decode_document
+from gymflow.envs.datagen.filters import MinHashDedup, answer_in, guard, quota_caps
+from gymflow.envs.datagen.generate import (
     Candidate,
     Draft,
     generation_messages,
@@ -49,10 +50,9 @@ from envs.datagen.generate import (
     parse_generation,
     parse_judge,
 )
-from envs.datagen.index import Bm25Index
-from envs.datagen.plan import assign_splits, corpus_plan, partners, task_id
-from envs.datagen.text import CorpusContext
-from envs.search.sample import write_sample_corpus
+from gymflow.envs.datagen.index import Bm25Index
+from gymflow.envs.datagen.plan import assign_splits, corpus_plan, partners, task_id
+from gymflow.envs.datagen.text import CorpusContext
 
 OUT = ROOT / "bench" / "out"
 
@@ -157,8 +157,8 @@ async def direct(corpus: Path, out: Path, *, n: int, options: GenerationOptions,
 async def gymflow(
     client: Any, queue: str, corpus: Path, out: Path, *, n: int, options: GenerationOptions, batch: int, window: int
 ) -> tuple[int, dict[str, Any]]:
-    from workflows.dataset import DatasetGenerationWorkflow
-    from workflows.schema import DatasetInput
+    from gymflow.workflows.dataset import DatasetGenerationWorkflow
+    from gymflow.workflows.schema import DatasetInput
 
     input = DatasetInput(source=DatasetSource(kind="corpus", location=str(corpus)), n=n, out=str(out),
                          options=options, batch_size=batch, window=window)  # fmt: skip
@@ -179,7 +179,7 @@ def serve_model(port: int, delay_ms: float) -> None:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from workers import client as sdk
+    from gymflow.workers.sdk import client as sdk
 
     work = Path(tempfile.mkdtemp(prefix="bench-dataset-"))
     corpus = work / "corpus"
@@ -200,7 +200,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         env = {**os.environ, "GYMFLOW_TEMPORAL_ADDRESS": address, "GYMFLOW_TASK_QUEUE": queue,
                "GYMFLOW_DATA_DIR": str(work / "data"), "GYMFLOW_WORKSPACE_ROOT": str(work / "ws")}  # fmt: skip
         procs.spawn(
-            "worker", [sys.executable, "-m", "workers.cli", "worker"], cwd=ROOT, env=env, log=work / "worker.log"
+            "worker",
+            [sys.executable, "-m", "gymflow.workers.cli", "worker"],
+            cwd=ROOT,
+            env=env,
+            log=work / "worker.log",
         )
         client = await sdk.connect(address)
         await asyncio.sleep(0)  # the worker polls by the time the first workflow task is scheduled

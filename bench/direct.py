@@ -2,8 +2,8 @@
 
 This is what benchmax and verifiers do: one coroutine per rollout that calls the model over
 HTTP, runs the tools in-process and scores the result. It renders and parses the chat exactly as
-the `generate` activity does (`envs.chat`, `activities.model.chat_body`), posts through the
-activity's own HTTP client (`activities.model.ChatEndpoint`), and applies the same tool timeout
+the `generate` activity does (`gymflow.envs.wire.chat`, `gymflow.activities.model.chat_body`), posts through the
+activity's own HTTP client (`gymflow.activities.model.ChatEndpoint`), and applies the same tool timeout
 and output bound, so the only thing gymflow adds on top of it is orchestration. Its `start` and
 `turn` are also what the bare-Temporal ceiling's turns run when they do the work (bench.bare,
 `BareInput.model_url`), so both do exactly the same work.
@@ -15,10 +15,10 @@ import asyncio
 import uuid
 from dataclasses import dataclass
 
-from activities.env import truncate
-from activities.model import MODEL_ENDPOINT, ChatEndpoint, ModelConfig, chat_body
-from envs import chat
-from envs.contract import BaseEnv, Message, Task, ToolResult, ToolSpec
+from gymflow.activities.env import truncate
+from gymflow.activities.model import MODEL_ENDPOINT, ChatEndpoint, ModelConfig, chat_body
+from gymflow.envs.contract import BaseEnv, Message, Task, ToolResult, ToolSpec
+from gymflow.envs.wire import chat
 
 
 @dataclass

@@ -32,14 +32,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from activities.model import ModelConfig  # noqa: E402
 from bench.direct import DirectRunner  # noqa: E402
 from bench.procs import Procs, load, start_policy, start_server, start_worker  # noqa: E402
 from bench.scenarios import BARE, DIRECT, Bench, Runner, batch, side_by_side  # noqa: E402
 from bench.workload import ENV_NAME, BenchEnv, bench_task, endpoint  # noqa: E402
-from workers import client as sdk  # noqa: E402
-from workers.groups import GymflowClient  # noqa: E402
-from workflows.schema import RolloutLimits, RolloutOptions  # noqa: E402
+from gymflow.activities.model import ModelConfig  # noqa: E402
+from gymflow.workers.sdk import client as sdk  # noqa: E402
+from gymflow.workers.sdk.groups import GymflowClient  # noqa: E402
+from gymflow.workflows.schema import RolloutLimits, RolloutOptions  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 GROUPS = "rollout_groups"

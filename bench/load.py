@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
 
 from bench.health import COUNTS, batch_health  # noqa: E402
 from bench.procs import Procs, load, start_server  # noqa: E402
-from workers import client as sdk  # noqa: E402
+from gymflow.workers.sdk import client as sdk  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 GYMFLOW = Path(sys.executable).with_name("gymflow")

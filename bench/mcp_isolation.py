@@ -33,10 +33,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from envs.mcp.env import McpEnv  # noqa: E402
+from gymflow.envs.mcp.env import McpEnv  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
-CALCULATOR = {"calculator": {"command": "python", "args": ["-m", "envs.math.servers.calculator"], "cwd": str(ROOT)}}
+CALCULATOR = {
+    "calculator": {
+        "command": "python",
+        "args": ["-m", "gymflow.envs.builtin.math.servers.calculator"],
+        "cwd": str(ROOT),
+    }
+}
 THIRD_PARTY = ROOT / ".mcp-servers" / "calculator" / "bin" / "mcp-server-calculator"
 MIN_AVAILABLE_KB = 2 * 1024 * 1024
 START_BATCH = 8
@@ -46,7 +52,7 @@ LAYERS = [
     ("mcp_types", "import mcp_types"),
     ("mcp (package __init__)", "import mcp"),
     ("mcp.server.mcpserver", "import mcp.server.mcpserver"),
-    ("calculator server module", "import envs.math.servers.calculator"),
+    ("calculator server module", "import gymflow.envs.builtin.math.servers.calculator"),
 ]
 
 
@@ -239,8 +245,10 @@ def main() -> None:
     print("capacity", {k: v for k, v in report["capacity"].items() if k not in {"curve", "per_server_pss_kb"}})
     report["profile"] = {
         "import_layers": layer_profile(),
-        "imports_gymflow_calculator": import_profile(sys.executable, "envs.math.servers.calculator"),
-        "idle_server_gymflow_calculator_mcp2": server_pss(["python", "-m", "envs.math.servers.calculator"]),
+        "imports_gymflow_calculator": import_profile(sys.executable, "gymflow.envs.builtin.math.servers.calculator"),
+        "idle_server_gymflow_calculator_mcp2": server_pss(
+            ["python", "-m", "gymflow.envs.builtin.math.servers.calculator"]
+        ),
     }
     if THIRD_PARTY.exists():
         report["profile"]["idle_server_pypi_calculator_mcp1"] = server_pss([str(THIRD_PARTY)])

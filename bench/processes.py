@@ -3,7 +3,7 @@
 Writes bench/out/processes.{json,png}. One run starts a dev server (as `gymflow server` does), the
 benchmark policy endpoint (bench/workload.py) and, per variant, a worker: one process
 (`--processes 1`, today's worker) or the `gymflow worker --processes N` supervisor with N
-children (workers.processes; bench/worker.py registers the benchmark env in each). Each variant
+children (gymflow.workers.processes; bench/worker.py registers the benchmark env in each). Each variant
 runs scenario (c) of bench/run.py — model 2 s per turn, tool 100 ms, 4 tool turns, 128 rollouts at
 once — `--repeats` times, alternating with the other variants; the figure is each variant's best
 wall time and its rollouts per second, with CPU seconds per process (the supervisor's children
@@ -32,7 +32,7 @@ from bench.direct import DirectRunner  # noqa: E402
 from bench.procs import Procs, load, start_policy, start_server  # noqa: E402
 from bench.scenarios import FUSED, Bench, Runner, batch, side_by_side  # noqa: E402
 from bench.workload import BenchEnv  # noqa: E402
-from workers import client as sdk  # noqa: E402
+from gymflow.workers.sdk import client as sdk  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 ROLLOUTS, TOOL_TURNS, MODEL_S, TOOL_S = 128, 4, 2.0, 0.1

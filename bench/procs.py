@@ -25,8 +25,8 @@ from typing import Any
 import httpx
 from temporalio.client import Client
 
-from workers import client as sdk
-from workers import server as embedded
+from gymflow.workers.sdk import client as sdk
+from gymflow.workers.servers import temporal as embedded
 
 ROOT = Path(__file__).resolve().parents[1]
 _TICKS = os.sysconf("SC_CLK_TCK")

@@ -19,7 +19,7 @@ AREAS = {
     "pydantic validation / serialisation": r"pydantic",
     "activity code (gymflow activities)": r"activities/(model|env)\.py",
     "model HTTP client (httpx/httpcore)": r"httpx|httpcore",
-    "chat rendering / parsing (envs.chat)": r"envs/chat\.py",
+    "chat rendering / parsing (gymflow.envs.wire.chat)": r"envs/chat\.py",
     "env code (envs/)": r"envs/(?!chat)",
     "asyncio event loop": r"asyncio/",
     "temporal bridge (Rust core calls)": r"temporalio/bridge",

@@ -62,7 +62,7 @@ from bench.scenarios import (  # noqa: E402
 )
 from bench.worker import BARE_RUNNER_VAR  # noqa: E402
 from bench.workload import BenchEnv  # noqa: E402
-from workers import client as sdk  # noqa: E402
+from gymflow.workers.sdk import client as sdk  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 

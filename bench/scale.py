@@ -37,14 +37,14 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client
 
-from activities.model import ModelConfig
 from bench.procs import Procs, cpu_delta, load, start_policy, start_server, start_worker
 from bench.scale_model import Workload
 from bench.scale_report import OUT, report
 from bench.scenarios import pct
 from bench.workload import ENV_NAME, bench_task, endpoint
-from workers import client as sdk
-from workflows.schema import RolloutInput, RolloutLimits
+from gymflow.activities.model import ModelConfig
+from gymflow.workers.sdk import client as sdk
+from gymflow.workflows.schema import RolloutInput, RolloutLimits
 
 QUEUE = "bench-scale"
 

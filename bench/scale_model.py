@@ -111,7 +111,7 @@ class Assumptions:
 def heartbeats_per_turn(model_s: float, a: Assumptions) -> int:
     """Heartbeats of one model turn of `model_s` seconds that reach the server, each a state transition.
 
-    activities.model and activities.turn heartbeat every third of their 10 s heartbeat timeout, and
+    gymflow.activities.model and gymflow.activities.turn heartbeat every third of their 10 s heartbeat timeout, and
     every one of them reached the server (bench.actions --probe: turns of 5, 12 and 20 s added 1, 3
     and 5 state transitions each), the SDK's throttling to 80 % of the timeout notwithstanding."""
     return max(0, math.ceil(model_s / a.heartbeat_every_s - 1e-9) - 1)

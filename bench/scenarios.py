@@ -27,13 +27,13 @@ from typing import Any
 import httpx
 from temporalio.client import Client
 
-from activities.model import ModelConfig
 from bench.bare import BARE_WORKFLOW, BareInput
 from bench.direct import DirectRunner
 from bench.procs import Procs, measured, profiled
 from bench.workload import ENV_NAME, bench_task, endpoint
-from workers.client import run_rollout
-from workflows.schema import RolloutInput, RolloutLimits
+from gymflow.activities.model import ModelConfig
+from gymflow.workers.sdk.client import run_rollout
+from gymflow.workflows.schema import RolloutInput, RolloutLimits
 
 DIRECT = "direct"
 BARE = "bare"
@@ -45,7 +45,7 @@ BARE_WORK = "bare+fused+work"
 """`BARE_FUSED` whose turns do the rollout's work as the direct loop does (BareInput.model_url):
 Temporal with gymflow's fused plan and the same work, nothing else."""
 BARE_WORK_RUNNER = "bare+fused+work+runner"
-"""`BARE_WORK` in gymflow's workflow runner (workers.sandbox_runner) instead of the SDK's stock
+"""`BARE_WORK` in gymflow's workflow runner (gymflow.workers.sandbox_runner) instead of the SDK's stock
 sandbox runner: what gymflow's orchestration costs once the runner's own gain is given to bare too."""
 SAME_WORK = ((BARE_WORK, ""), (BARE_WORK_RUNNER, "_same_runner"))
 """The ceilings doing gymflow's work, and the suffix of the row fields compared with each."""
@@ -56,7 +56,7 @@ LOCAL_PLAN = "local"
 FUSED = "fused"
 PLANS = (CLASSIC, LOCAL_PLAN, FUSED)
 """Rollout plans: one activity per model turn and tool call, model turns as local activities, or
-one activity per turn (activities.turn; the benchmark env's default)."""
+one activity per turn (gymflow.activities.turn; the benchmark env's default)."""
 
 
 def ceiling(plan: str) -> str:

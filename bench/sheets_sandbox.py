@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from envs.sheets import book, generate
-from envs.sheets.rewards import REWARD_LIMITS
-from envs.sheets.sandbox import Level, Sandbox, SandboxUnavailable, probe
+from gymflow.envs.builtin.sheets import book, generate
+from gymflow.envs.builtin.sheets.rewards import REWARD_LIMITS
+from gymflow.envs.builtin.sheets.sandbox import Level, Sandbox, SandboxUnavailable, probe
 
 
 def _median_ms(samples: list[float]) -> float:

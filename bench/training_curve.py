@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from activities.storage import base_of, open_store
+from gymflow.activities.storage import base_of, open_store
 
 
 def figures(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -1,11 +1,11 @@
 """A benchmark worker process: `python -m bench.worker --mode gymflow|bare --address A --task-queue Q`.
 
-`gymflow` runs the real worker (`workers.worker.running_worker`, settings from GYMFLOW_*
+`gymflow` runs the real worker (`gymflow.workers.worker.running_worker`, settings from GYMFLOW_*
 variables as `gymflow worker` reads them) with the benchmark env registered; `bare` runs
 `BareRolloutWorkflow` with the same worker options, in the SDK's stock sandbox runner (gymflow's own
 runner with GYMFLOW_BENCH_BARE_RUNNER=gymflow). It prints ``ready`` once polling and stops on
 SIGTERM/SIGINT. `--processes N` runs N of them under the `gymflow worker --processes` supervisor
-(workers.processes), each printing its own ``ready``.
+(gymflow.workers.processes), each printing its own ``ready``.
 """
 
 from __future__ import annotations
@@ -27,18 +27,18 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from bench.bare import BareActivities, BareRolloutWorkflow
 from bench.direct import DirectRunner
 from bench.workload import BenchEnv  # importing it registers the benchmark env
-from workers.client import connect
-from workers.config import Settings
-from workflows.names import node_queue
+from gymflow.workers.config import Settings
+from gymflow.workers.sdk.client import connect
+from gymflow.workflows.names import node_queue
 
 BARE_RUNNER_VAR = "GYMFLOW_BENCH_BARE_RUNNER"
 """``stock`` (default): the bare workflow runs in the SDK's `SandboxedWorkflowRunner`; ``gymflow``: in
-gymflow's (workers.sandbox_runner), to measure what that runner alone gives."""
+gymflow's (gymflow.workers.sandbox_runner), to measure what that runner alone gives."""
 
 
 @contextlib.asynccontextmanager
 async def bare_worker(client: Client, settings: Settings) -> AsyncIterator[None]:
-    from workers.worker import SANDBOX_RESTRICTIONS, WORKFLOW_RUNNER, worker_tuning
+    from gymflow.workers.worker import SANDBOX_RESTRICTIONS, WORKFLOW_RUNNER, worker_tuning
 
     queue = node_queue(settings.task_queue, settings.node_id)
     # Bare Temporal runs its workflows in the SDK's own sandbox runner (gymflow's passthrough list,
@@ -80,7 +80,7 @@ async def serve(mode: str, address: str, task_queue: str) -> None:
     if mode == "bare":
         context: contextlib.AbstractAsyncContextManager[object] = bare_worker(client, settings)
     else:
-        from workers.worker import running_worker
+        from gymflow.workers.worker import running_worker
 
         context = running_worker(client, settings)
     async with context:
@@ -90,7 +90,7 @@ async def serve(mode: str, address: str, task_queue: str) -> None:
 
 async def supervise(processes: int, mode: str, address: str, task_queue: str) -> int:
     """`gymflow worker --processes N` with benchmark workers as its children (each prints ``ready``)."""
-    from workers.processes import Supervisor
+    from gymflow.workers.processes import Supervisor
 
     root = Path(tempfile.mkdtemp(prefix="gymflow-bench-supervisor-"))
     settings = Settings(
@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--mode", choices=["gymflow", "bare"], required=True)
     parser.add_argument("--address", required=True)
     parser.add_argument("--task-queue", required=True)
-    parser.add_argument("--processes", type=int, default=1, help="worker processes (workers.processes)")
+    parser.add_argument("--processes", type=int, default=1, help="worker processes (gymflow.workers.processes)")
     args = parser.parse_args()
     if args.processes > 1:
         sys.exit(asyncio.run(supervise(args.processes, args.mode, args.address, args.task_queue)))

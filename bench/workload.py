@@ -24,10 +24,10 @@ from typing import Any
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from envs.contract import BaseEnv, Message, Reward, Task, ToolCall, ToolResult, ToolSpec
-from envs.policy import Policy
-from envs.registry import register
-from workers.policy_server import build_app
+from gymflow.envs.contract import BaseEnv, Message, Reward, Task, ToolCall, ToolResult, ToolSpec
+from gymflow.envs.policy import Policy
+from gymflow.envs.registry import register
+from gymflow.workers.servers.policy import build_app
 
 ENV_NAME = "bench-tools"
 _STEPS_RE = re.compile(r"call step (\d+) times")
@@ -55,7 +55,7 @@ class BenchEnv(BaseEnv):
     name = ENV_NAME
     system_prompt = "Call the step tool as asked, then answer with <answer>N</answer>."
     stateless = True
-    fused_turns = True  # tool calls may re-run: one activity per turn (activities.turn)
+    fused_turns = True  # tool calls may re-run: one activity per turn (gymflow.activities.turn)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from envs.mcp.ledger import start_time
+from gymflow.envs.mcp.ledger import start_time
 
 TASK_FILE = Path(__file__).with_name("workers.yaml")
 """The worker node task shipped with gymflow."""

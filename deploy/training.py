@@ -31,8 +31,8 @@ from typing import Any
 
 import yaml
 
-from deploy.launcher import _alive, _sky
-from envs.mcp.ledger import start_time
+from gymflow.deploy.launcher import _alive, _sky
+from gymflow.envs.mcp.ledger import start_time
 
 TRAINER = "trainer"
 """The job name of a run's trainer."""

@@ -1,7 +1,7 @@
 """What each env is, for `gymflow envs`: its description, tools, dataset size and policies.
 
 Everything but the tools is read from the env class: the first line of its docstring (an env
-file's `description`), its `policies` (envs.policy), and its `generated` dataset (what `gymflow
+file's `description`), its `policies` (gymflow.envs.policy), and its `generated` dataset (what `gymflow
 eval ENV` runs without `--dataset`) counted at its default size. An env's tools are known only
 once they run (`BaseEnv.list_tools`), so each env is started once in a throwaway workspace root
 and shut down again, every env at the same time, each within a deadline; McpEnvs with the same
@@ -27,10 +27,18 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from envs.contract import BaseEnv, ToolSpec
-from envs.mcp.env import McpEnv
-from envs.policy import policy_aliases, policy_target
-from envs.registry import BUILTIN, EnvFileError, UnknownEnvError, available, env_class, is_env_file, storage_name
+from gymflow.envs.contract import BaseEnv, ToolSpec
+from gymflow.envs.mcp.env import McpEnv
+from gymflow.envs.policy import policy_aliases, policy_target
+from gymflow.envs.registry import (
+    BUILTIN,
+    EnvFileError,
+    UnknownEnvError,
+    available,
+    env_class,
+    is_env_file,
+    storage_name,
+)
 
 DEFAULT_DATASET = "generated"
 """The dataset `gymflow eval` and `rollout` run without `--dataset`."""
@@ -149,7 +157,7 @@ def _policies(cls: type[BaseEnv]) -> list[PolicyInfo]:
     return [
         PolicyInfo(
             names=names,
-            target=policy_target(cls.policies[head]) if head in cls.policies else "envs.policy:NullPolicy",
+            target=policy_target(cls.policies[head]) if head in cls.policies else "gymflow.envs.policy:NullPolicy",
             default=head == first,
         )
         for head, names in policy_aliases(cls).items()

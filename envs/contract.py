@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import to_json
 
-from envs.errors import UserError
-from envs.tokens import TokenSequence, TurnTokens, build_sequence
+from gymflow.envs.errors import UserError
+from gymflow.envs.wire.tokens import TokenSequence, TurnTokens, build_sequence
 
-if TYPE_CHECKING:  # envs.rewards.rubric imports this module
-    from envs.rewards.rubric import Rubric
+if TYPE_CHECKING:  # gymflow.envs.rewards.rubric imports this module
+    from gymflow.envs.rewards.rubric import Rubric
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -48,7 +48,7 @@ class Wire(BaseModel):
     compact_json: ClassVar[bool] = False
     """Set on the payloads every turn of a rollout carries (activity inputs and results, the rollout's
     input): the data converter writes them without the fields at their defaults, and decoding fills
-    those in again (workers.client). Results people read as JSON (the trajectory) stay whole."""
+    those in again (gymflow.workers.sdk.client). Results people read as JSON (the trajectory) stay whole."""
 
 
 def json_bytes(value: Any) -> int:
@@ -298,13 +298,13 @@ class Trajectory(Wire):
     """System prompt, prompt, every assistant turn and tool observation, in order."""
     tokens: list[TurnTokens] = Field(default_factory=list)
     """Per assistant turn, the token ids and logprobs the endpoint returned (`ModelConfig.tokens`);
-    empty when token data was off. `token_sequence()` joins them (envs.tokens)."""
+    empty when token data was off. `token_sequence()` joins them (gymflow.envs.wire.tokens)."""
 
     def token_sequence(self) -> TokenSequence:
         """The whole conversation as the model saw it: token ids, loss mask (1 on model tokens), logprobs.
 
         Raises:
-            envs.tokens.TokenDataError: A turn has no token data, or (`TokenMismatch`) its prompt
+            gymflow.envs.wire.tokens.TokenDataError: A turn has no token data, or (`TokenMismatch`) its prompt
                 does not extend the previous prompt + completion.
         """
         return build_sequence(self.tokens, expected_turns=self.turns)
@@ -369,15 +369,15 @@ class BaseEnv(ABC):
     fused_turns: ClassVar[bool] = False
     """True: a turn's tool calls (and a final answer's reward) run in the model turn's activity on
     the rollout's node, one activity per turn instead of one per model turn and per tool call
-    (activities.turn). A retry then re-runs the whole turn, so only stateless envs may set it."""
+    (gymflow.activities.turn). A retry then re-runs the whole turn, so only stateless envs may set it."""
     policies: ClassVar[Mapping[str, Any]] = {}
     """Scripted policies that play this env without a model, name -> `module:Class` (or the class):
     `--policy NAME` and `gymflow policy serve ENV --policy NAME` run them. The first is the default;
-    `null` is always there (envs.policy)."""
+    `null` is always there (gymflow.envs.policy)."""
     cpu_bound: ClassVar[bool] = False
     """True when tool calls and rewards are CPU-heavy work on the worker's machine (sandboxed code,
     formula recalculation): a worker then admits only as many at once as its cores can run and
-    queues the rest (envs.admission); a tool's timeout starts when it is admitted."""
+    queues the rest (gymflow.workers.admission); a tool's timeout starts when it is admitted."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -469,7 +469,7 @@ class BaseEnv(ABC):
         raise NotImplementedError(f"{cls.__name__} has no dataset loader for {name!r}")
 
     def rubric(self, task: Task) -> Rubric | None:
-        """Criteria an LLM judge scores for `task` (envs.rewards.rubric.Rubric), or None.
+        """Criteria an LLM judge scores for `task` (gymflow.envs.rewards.rubric.Rubric), or None.
 
         When a rubric is given (here or in the rollout's judge settings), the rollout runs the
         `judge` activity after `compute_reward` and combines both rewards.
@@ -513,8 +513,8 @@ class BaseEnv(ABC):
 
     @classmethod
     def baseline_policy(cls, name: str = "default") -> Any:
-        """The scripted policy `name` of `policies` (see envs.policy): `default` is the first, `null`
-        exists everywhere. Raises `envs.policy.NoBaselinePolicy` / `UnknownPolicy` (UserErrors)."""
-        from envs.policy import make_policy  # envs.policy builds on this module
+        """The scripted policy `name` of `policies` (see gymflow.envs.policy): `default` is the first, `null`
+        exists everywhere. Raises `gymflow.envs.policy.NoBaselinePolicy` / `UnknownPolicy` (UserErrors)."""
+        from gymflow.envs.policy import make_policy  # gymflow.envs.policy builds on this module
 
         return make_policy(cls, name)

@@ -14,4 +14,4 @@ class UserError(Exception):
 
 
 class EnvUnavailableError(UserError):
-    """An env cannot work on this node (`envs.contract.BaseEnv.unavailable`); the message names the fix."""
+    """An env cannot work on this node (`gymflow.envs.contract.BaseEnv.unavailable`); the message names the fix."""

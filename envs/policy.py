@@ -27,8 +27,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from envs.contract import BaseEnv, Message, ToolCall, ToolSpec
-from envs.errors import UserError
+from gymflow.envs.contract import BaseEnv, Message, ToolCall, ToolSpec
+from gymflow.envs.errors import UserError
 
 DEFAULT = "default"
 """The name that means an env's first policy (the CLI's `--policy` default)."""
@@ -145,14 +145,16 @@ def make_policy(cls: type[BaseEnv], name: str = DEFAULT) -> Policy:
 
 def _instantiate(spec: PolicySpec, *, field: str) -> Policy:
     if isinstance(spec, str):
-        from envs.mcp.plugins import load_callable  # light, but only needed for string specs
+        from gymflow.envs.mcp.plugins import load_callable  # light, but only needed for string specs
 
         factory: Callable[[], Any] = load_callable(spec, field=field)
     else:
         factory = spec
     if isinstance(factory, type) and not issubclass(factory, Policy):
-        raise ValueError(f"{field}: {policy_target(spec)} is not an envs.policy.Policy subclass")  # noqa: TRY004
+        raise ValueError(f"{field}: {policy_target(spec)} is not a gymflow.envs.policy.Policy subclass")  # noqa: TRY004
     policy = factory()
     if not isinstance(policy, Policy):
-        raise ValueError(f"{field}: {policy_target(spec)} made {type(policy).__name__}, not an envs.policy.Policy")  # noqa: TRY004
+        raise ValueError(  # noqa: TRY004
+            f"{field}: {policy_target(spec)} made {type(policy).__name__}, not a gymflow.envs.policy.Policy"
+        )
     return policy

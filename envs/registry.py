@@ -5,7 +5,7 @@ A third-party package registers an env with
     [project.entry-points."gymflow.envs"]
     myenv = "my_package.env:MyEnv"
 
-A name ending in .yaml/.yml/.json is an env file (envs.mcp.envfile): the env is identified by
+A name ending in .yaml/.yml/.json is an env file (gymflow.envs.mcp.envfile): the env is identified by
 that path, so the CLI and every worker resolve the same name to the same class. Classes are
 imported lazily, so a worker only pays for the envs it runs.
 """
@@ -20,17 +20,17 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from envs.contract import BaseEnv, Task
-from envs.errors import UserError
+from gymflow.envs.contract import BaseEnv, Task
+from gymflow.envs.errors import UserError
 
 ENTRY_POINT_GROUP = "gymflow.envs"
 
 BUILTIN: dict[str, str] = {
-    "math": "envs.math.env:MathEnv",
-    "sheets": "envs.sheets.env:SheetsEnv",
-    "search": "envs.search.env:SearchEnv",
-    "units": "envs.examples.units:UnitsEnv",
-    "crm": "envs.crm.env:CrmEnv",
+    "math": "gymflow.envs.builtin.math.env:MathEnv",
+    "sheets": "gymflow.envs.builtin.sheets.env:SheetsEnv",
+    "search": "gymflow.envs.builtin.search.env:SearchEnv",
+    "units": "gymflow.envs.examples.units:UnitsEnv",
+    "crm": "gymflow.envs.builtin.crm.env:CrmEnv",
 }
 
 
@@ -92,7 +92,7 @@ def env_class(name: str) -> type[BaseEnv]:
     if name in _registered:
         return _registered[name]
     if is_env_file(name):
-        from envs.mcp.envfile import env_class_from_file
+        from gymflow.envs.mcp.envfile import env_class_from_file
 
         return env_class_from_file(Path(name))
     target = _targets().get(name)
@@ -108,7 +108,7 @@ def env_class(name: str) -> type[BaseEnv]:
 def dataset_page(cls: type[BaseEnv], dataset: str, options: dict[str, Any], offset: int, limit: int) -> list[Task]:
     """Tasks `offset`..`offset + limit - 1` of `cls.load_dataset(dataset, **options)`.
 
-    Module-level and light to import, so a worker can run it in its process pool (envs.admission).
+    Module-level and light to import, so a worker can run it in its process pool (gymflow.workers.admission).
     """
     return page_of(cls.load_dataset(dataset, **options), offset, limit)
 

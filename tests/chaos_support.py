@@ -33,10 +33,10 @@ from mcp_support import ROOT
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 
-from deploy import launcher
-from envs.contract import Message, Task, ToolCall, ToolSpec
-from envs.mcp.ledger import start_time
-from envs.policy import Policy
+from gymflow.deploy import launcher
+from gymflow.envs.contract import Message, Task, ToolCall, ToolSpec
+from gymflow.envs.mcp.ledger import start_time
+from gymflow.envs.policy import Policy
 from support import COUNTER_SERVER
 
 REWARD_FILE = Path(__file__).parent / "chaos" / "counter_reward.py"

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from envs.runtime.container import ContainerRuntime
-from envs.runtime.engine import INSTALL_HINT, LABEL_MARKER, LABEL_NODE, Engine
-from envs.runtime.images import ensure_base
-from envs.runtime.reaper import reap
+from gymflow.envs.runtime.container import ContainerRuntime
+from gymflow.envs.runtime.engine import INSTALL_HINT, LABEL_MARKER, LABEL_NODE, Engine
+from gymflow.envs.runtime.images import ensure_base
+from gymflow.envs.runtime.reaper import reap
 
 BASE_IMAGE = "debian:bookworm-slim"
 STATE_ROOT = Path("/var/tmp/gymflow-test-runtime")

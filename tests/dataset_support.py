@@ -25,10 +25,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from envs.datagen.corpus import Chunk
-from envs.datagen.filters import answer_in
-from envs.datagen.generate import GENERATION_SYSTEM, JUDGE_SYSTEM, Candidate, Draft, offline_draft
-from workers.policy_server import AppServer
+from gymflow.envs.datagen.corpus import Chunk
+from gymflow.envs.datagen.filters import answer_in
+from gymflow.envs.datagen.generate import GENERATION_SYSTEM, JUDGE_SYSTEM, Candidate, Draft, offline_draft
+from gymflow.workers.servers.policy import AppServer
 
 _PASSAGE_RE = re.compile(r'<passage (?:n="\d+" )?id="([^"]+)">\n(.*?)\n</passage>', re.DOTALL)
 _TYPE_RE = re.compile(r"<type>(\w+)</type>")

@@ -20,7 +20,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import History
 from temporalio.client import Client, WorkflowHistory
 
-from envs.mcp.http import TOKEN_PREFIX
+from gymflow.envs.mcp.http import TOKEN_PREFIX
 
 KNOWN: set[str] = set()
 """Literal secrets used by the suite."""

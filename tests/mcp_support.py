@@ -16,8 +16,8 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from third_party_servers import SERVERS, executable, install_command
 
-from envs.contract import ToolResult
-from envs.mcp.env import McpEnv
+from gymflow.envs.contract import ToolResult
+from gymflow.envs.mcp.env import McpEnv
 from support import COUNTER_SERVER
 
 ROOT = Path(__file__).parents[1]

@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from envs.sheets import cgroup
+from gymflow.envs.builtin.sheets import cgroup
 
 SPAWN_200 = """
 import os, time

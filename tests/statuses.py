@@ -3,7 +3,7 @@
 At the end of the session (tests/conftest.py), across every workflow the suite ran:
 
 * no closed workflow carries `GymflowStatus="running"` (nothing in gymflow writes it any more,
-  see workflows.status; a workflow that did would keep it after it closed);
+  see gymflow.workflows.status; a workflow that did would keep it after it closed);
 * every gymflow workflow that closed by its own code (Completed, Canceled, Failed) carries a
   final `GymflowStatus` and its `GymflowEnv`. The one allowed exception is a workflow whose input
   could not be decoded: it fails with InvalidInput before any gymflow code runs, so its history
@@ -22,7 +22,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows import names
+from gymflow.workflows import names
 
 SELF_TEST_NAMESPACE = "gymflow-status-scan-test"
 """The session's dev server also hosts this namespace, where the scan's own test plants a stale

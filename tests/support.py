@@ -16,20 +16,20 @@ from pydantic import SecretStr
 from starlette.types import Receive, Scope, Send
 from temporalio.client import Client
 
-from activities.model import ModelConfig
-from envs.contract import BaseEnv, Message, Reward, Task, ToolCall, ToolResult, ToolSpec
-from envs.math.data import generate_tasks
-from envs.math.rewards import answer_reward
-from envs.mcp.env import McpEnv
-from envs.mcp.http import free_port
-from envs.policy import Policy
-from envs.registry import register
-from workers.client import run_rollout
-from workers.config import Settings
-from workers.policy_server import PolicyServer, build_app
-from workers.server import temporal_binary
-from workers.worker import RunningWorker
-from workflows.schema import RolloutInput, RolloutResult
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.builtin.math.rewards import answer_reward
+from gymflow.envs.contract import BaseEnv, Message, Reward, Task, ToolCall, ToolResult, ToolSpec
+from gymflow.envs.mcp.env import McpEnv
+from gymflow.envs.mcp.http import free_port
+from gymflow.envs.policy import Policy
+from gymflow.envs.registry import register
+from gymflow.workers.config import Settings
+from gymflow.workers.sdk.client import run_rollout
+from gymflow.workers.servers.policy import PolicyServer, build_app
+from gymflow.workers.servers.temporal import temporal_binary
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.schema import RolloutInput, RolloutResult
 
 WEB_UI_PORT = free_port()
 """The Web UI port of the session's dev server (conftest.temporal_env); workers link to it."""

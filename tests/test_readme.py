@@ -23,7 +23,7 @@ from pathlib import Path
 import figures
 import pytest
 
-from workers.worker import RunningWorker
+from gymflow.workers.worker import RunningWorker
 
 ROOT = Path(__file__).parents[1]
 README = ROOT / "README.md"

@@ -19,8 +19,8 @@ from urllib.parse import quote
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from envs.admission import Capacity, usable_cpus
-from workflows.names import TASK_QUEUE, command_queue
+from gymflow.workers.admission import Capacity, usable_cpus
+from gymflow.workflows.names import TASK_QUEUE, command_queue
 
 SERVER_RECORD = "server.json"
 """Written in the data dir by `gymflow server` (and the demo): the frontend and Web UI ports it serves,
@@ -83,7 +83,7 @@ class Settings(BaseSettings):
     timed out, reset); each round also reaps what dead workers on this host left behind."""
     max_server_starts: int | None = Field(default=None, ge=1)
     """MCP server starts (process + handshake) this node runs at once; more wait, heartbeating, and
-    their handshake timeout runs from admission (envs.admission). None: one per core."""
+    their handshake timeout runs from admission (gymflow.workers.admission). None: one per core."""
     max_tool_runs: int | None = Field(default=None, ge=1)
     """Tool calls of CPU-bound envs (`BaseEnv.cpu_bound`: sheets' sandboxed code) at once on this
     node; a queued call's tool timeout starts when it is admitted. None: two per core."""
@@ -98,7 +98,7 @@ class Settings(BaseSettings):
     worker_processes: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
     """Worker processes `gymflow worker` runs on this node (`auto`: one per usable core). Above 1 it
     supervises that many full workers, each with its own node id `<node_id>-p<i>` and a 1/N share of
-    this node's admission slots, warm pool and workflow task slots (workers.processes)."""
+    this node's admission slots, warm pool and workflow task slots (gymflow.workers.processes)."""
     max_concurrent_activities: int = 256
     """Activity slots per worker (per queue)."""
     max_concurrent_local_activities: int = 256
@@ -131,7 +131,7 @@ class Settings(BaseSettings):
     payload_storage_threshold: int = Field(default=256 * 1024, ge=0)
     """Payloads of at least this many bytes (after encryption) are stored externally."""
     encryption_key: SecretStr | None = None
-    """Payload encryption key, `[id:]base64` of 16/24/32 random bytes (workers.codec): every
+    """Payload encryption key, `[id:]base64` of 16/24/32 random bytes (gymflow.workers.servers.codec): every
     payload is AES-GCM encrypted before it reaches the Temporal server. Worker/client config only."""
     decryption_keys: SecretStr | None = None
     """Comma-separated older keys (`[id:]base64`) still accepted for decryption (key rotation)."""
@@ -140,7 +140,7 @@ class Settings(BaseSettings):
     (`temporal ... --codec-auth VALUE`)."""
 
     def command_queue(self, command: str, key: str | None = None) -> Settings:
-        """These settings with a task queue of one CLI command's own (workflows.names.command_queue).
+        """These settings with a task queue of one CLI command's own (gymflow.workflows.names.command_queue).
 
         `key` names the invocation (default: a fresh one); a command that can re-attach to its
         work (`train launch --wait` by run id) passes a key derived from it, to poll the same queue.

@@ -20,8 +20,8 @@ import math
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.judge import JudgeActivities
-from workflows.names import JUDGE_TASK_QUEUE
+from gymflow.activities.judge import JudgeActivities
+from gymflow.workflows.names import JUDGE_TASK_QUEUE
 
 
 def judge_worker(

@@ -3,7 +3,7 @@
 Every `gymflow` command calls `configure()` once. Log records of every origin — gymflow's own
 (stdlib loggers with `extra=` fields, so library code needs no logging setup), the Temporal SDK's
 Python loggers, its Rust core (forwarded into the `temporalio.core` logger by `core_runtime()`,
-which `workers.client.connect` uses), aiohttp, mcp — pass through one structlog
+which `gymflow.workers.sdk.client.connect` uses), aiohttp, mcp — pass through one structlog
 `ProcessorFormatter` on one stderr handler: JSON lines when stderr is not a terminal (or
 `--log-format json`), readable console lines on a terminal. stdout is left to the commands'
 documents (`--json`).
@@ -50,7 +50,7 @@ _TEMPORAL_EXTRAS = frozenset(
 )
 
 _HANDLER_MARK = "_gymflow_handler"
-OWN_LOGGERS = frozenset({"envs", "activities", "workflows", "workers", "deploy", "bench", "gymflow", "__main__"})
+OWN_LOGGERS = frozenset({"gymflow", "bench", "__main__"})
 """Top-level logger names of gymflow's own code: every other logger is a third party's."""
 
 

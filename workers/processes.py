@@ -2,9 +2,9 @@
 
 One worker process runs its workflow activations and the Python of every activity on one core
 (the GIL). With `--processes N` (N > 1; `auto`: one per usable core, the count admission control
-sizes its slots from, `envs.admission.usable_cpus`) `gymflow worker` becomes a small supervisor
+sizes its slots from, `gymflow.workers.admission.usable_cpus`) `gymflow worker` becomes a small supervisor
 of N full workers on the same shared queue. Each child is a fresh interpreter
-(`python -m workers.cli worker`), never a fork of a running process: the SDK's Rust core threads
+(`python -m gymflow.workers.cli.main worker`), never a fork of a running process: the SDK's Rust core threads
 and an event loop do not survive `fork`.
 
 Each child is a node of its own: node id `<node_id>-p<i>` and so its own node queue
@@ -22,8 +22,8 @@ worker that started it, talking over that process's pipes, so a warm server or a
 only ever serve rollouts of its own worker, and a semaphore across processes would put a
 cross-process lock on every env step. Memory enters only the batch window of clients
 (`Capacity.window`), not a worker's slots. When a child dies, what it held (MCP server processes,
-workspaces) is freed by the orphan reaper (`envs.mcp.ledger.reap_orphans`): every child runs it at
-start and every reaper round (`workers.reaper`), so the restarted child or any sibling frees it.
+workspaces) is freed by the orphan reaper (`gymflow.envs.mcp.ledger.reap_orphans`): every child runs it at
+start and every reaper round (`gymflow.workers.reaper`), so the restarted child or any sibling frees it.
 
 The supervisor forwards SIGINT/SIGTERM to its children and waits for their graceful shutdown
 (SIGKILL after `STOP_TIMEOUT_S`). A child that dies unexpectedly is restarted after a bounded
@@ -48,7 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from workers.config import Settings
+from gymflow.workers.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,15 @@ def child_environment(settings: Settings, *, node_id: str, count: int) -> dict[s
 
 def worker_command(*, log_format: str = "auto", verbose: bool = False) -> list[str]:
     """The command of a child: `gymflow worker` in a fresh interpreter, logging as the supervisor."""
-    return [sys.executable, "-m", "workers.cli", "--log-format", log_format, *(["-v"] if verbose else []), "worker"]
+    return [
+        sys.executable,
+        "-m",
+        "gymflow.workers.cli",
+        "--log-format",
+        log_format,
+        *(["-v"] if verbose else []),
+        "worker",
+    ]
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec

@@ -15,7 +15,7 @@ none does. A workflow the server no longer knows (retention expired) counts as c
 that cannot be reached counts as nothing (the next round asks again).
 
 Each round also reaps the servers and workspaces of dead workers on this host
-(envs.mcp.ledger.reap_orphans), which otherwise happens only when a worker starts.
+(gymflow.envs.mcp.ledger.reap_orphans), which otherwise happens only when a worker starts.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.env import EnvActivities
-from envs.mcp.ledger import reap_orphans
+from gymflow.activities.env import EnvActivities
+from gymflow.envs.mcp.ledger import reap_orphans
 
 log = logging.getLogger(__name__)
 

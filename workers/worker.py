@@ -22,35 +22,35 @@ from temporalio.client import Client
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
-from activities.dataset import DatasetActivities
-from activities.env import EnvActivities
-from activities.judge import JudgeActivities
-from activities.model import ModelActivities
-from activities.report import ReportActivities
-from activities.storage import StorageActivities
-from activities.trainer_jobs import TrainerActivities
-from activities.training import TrainingActivities
-from activities.turn import TurnActivities
-from envs.admission import Admission
-from envs.errors import UserError
-from envs.mcp.ledger import reap_orphans
-from workers.config import Settings
-from workers.dedup import DedupInterceptor
-from workers.judge_worker import judge_worker
-from workers.reaper import run_reaper
-from workers.sandbox_runner import FastContextRunner
-from workflows.dataset import DatasetGenerationWorkflow
-from workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
-from workflows.names import judge_queue, node_queue
-from workflows.rollout import RolloutWorkflow
-from workflows.schema import PAYLOAD_LIMIT_BYTES
-from workflows.session import RolloutSessionWorkflow
-from workflows.training import TrainingRunWorkflow
+from gymflow.activities.dataset import DatasetActivities
+from gymflow.activities.env import EnvActivities
+from gymflow.activities.judge import JudgeActivities
+from gymflow.activities.model import ModelActivities
+from gymflow.activities.report import ReportActivities
+from gymflow.activities.storage import StorageActivities
+from gymflow.activities.trainer_jobs import TrainerActivities
+from gymflow.activities.training import TrainingActivities
+from gymflow.activities.turn import TurnActivities
+from gymflow.envs.errors import UserError
+from gymflow.envs.mcp.ledger import reap_orphans
+from gymflow.workers.admission import Admission
+from gymflow.workers.config import Settings
+from gymflow.workers.dedup import DedupInterceptor
+from gymflow.workers.judge_worker import judge_worker
+from gymflow.workers.reaper import run_reaper
+from gymflow.workers.sandbox_runner import FastContextRunner
+from gymflow.workflows.dataset import DatasetGenerationWorkflow
+from gymflow.workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
+from gymflow.workflows.names import judge_queue, node_queue
+from gymflow.workflows.rollout import RolloutWorkflow
+from gymflow.workflows.schema import PAYLOAD_LIMIT_BYTES
+from gymflow.workflows.session import RolloutSessionWorkflow
+from gymflow.workflows.training import TrainingRunWorkflow
 
 log = logging.getLogger(__name__)
 
 DEDUPLICATED = ("call_tool", "compute_reward")
-"""Node activities answered from the node's record when retried after completing (workers.dedup)."""
+"""Node activities answered from the node's record when retried after completing (gymflow.workers.dedup)."""
 
 WORKFLOWS: list[type] = [
     RolloutWorkflow,
@@ -67,15 +67,21 @@ WORKFLOWS: list[type] = [
 # that a host may have installed as log handlers (rich imports lazily and touches os.getcwd, which
 # the sandbox forbids). Only the workflow classes' own modules are re-imported per run.
 SANDBOX_PASSTHROUGH = (
-    *("pydantic", "pydantic_core", "annotated_types", "rich", "structlog", "envs", "activities"),
-    *("workflows.schema", "workflows.names", "workflows.judging", "workflows.activity_calls", "workflows.budget"),
-    "workflows.status",
-    *("workflows.rollout_env", "workflows.session_schema"),
-    "workflows.training_schema",
+    *("pydantic", "pydantic_core", "annotated_types", "rich", "structlog", "gymflow.envs", "gymflow.activities"),
+    *(
+        "gymflow.workflows.schema",
+        "gymflow.workflows.names",
+        "gymflow.workflows.judging",
+        "gymflow.workflows.activity_calls",
+        "gymflow.workflows.budget",
+    ),
+    "gymflow.workflows.status",
+    *("gymflow.workflows.rollout_env", "gymflow.workflows.session_schema"),
+    "gymflow.workflows.training_schema",
 )
 SANDBOX_RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
 WORKFLOW_RUNNER = FastContextRunner(restrictions=SANDBOX_RESTRICTIONS)
-"""The sandbox, without the SDK runner's per-payload entries into it (workers.sandbox_runner)."""
+"""The sandbox, without the SDK runner's per-payload entries into it (gymflow.workers.sandbox_runner)."""
 
 
 def worker_tuning(settings: Settings, *, workflows: bool) -> dict[str, Any]:
@@ -124,9 +130,9 @@ async def running_worker(
     # Servers and workspaces of workers that died on this host (never those of live ones).
     reap_orphans(settings.workspace_root)
     # Without external storage a payload over Temporal's limit would fail workflow tasks forever:
-    # rollouts keep their trajectories under it (workflows.budget), model replies are refused over it.
+    # rollouts keep their trajectories under it (gymflow.workflows.budget), model replies are refused over it.
     payload_limit = None if client.data_converter.external_storage else PAYLOAD_LIMIT_BYTES
-    # One admission control per node, shared by every env and the dataset loader (envs.admission).
+    # One admission control per node, shared by every env and the dataset loader (gymflow.workers.admission).
     admission = Admission(settings.capacity(), nice=settings.env_nice)
     log.info("node %s admission: %s", settings.node_id, admission.capacity)
     env_activities = EnvActivities(
@@ -242,11 +248,11 @@ class WorkerStartError(UserError, RuntimeError):
 
 async def run_worker(settings: Settings) -> None:
     """Run a worker until SIGINT/SIGTERM (the `gymflow worker` command)."""
-    from workers.client import connect, data_converter
+    from gymflow.workers.sdk.client import connect, data_converter
 
-    # Every line of the process names its node (one of several worker processes of a host: workers.processes).
+    # Every line of the process names its node (one of several worker processes of a host: gymflow.workers.processes).
     with structlog.contextvars.bound_contextvars(node=settings.node_id):
-        # Encryption and external payload storage, as the deployment's config sets them (workers.client).
+        # Encryption and external payload storage, as the deployment's config sets them (gymflow.workers.sdk.client).
         converter = data_converter(settings)
         try:
             client = await connect(settings.temporal_address, namespace=settings.namespace, data_converter=converter)

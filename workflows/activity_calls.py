@@ -22,7 +22,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from activities import errors
+    from gymflow.activities import errors
 
 T = TypeVar("T")
 

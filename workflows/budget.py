@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.contract import Message, json_bytes
+from gymflow.envs.contract import Message, json_bytes
 
 SLACK_BYTES = 64 * 1024
 """Room left for what a payload carries besides the conversation and the fixed parts (ids, model

@@ -1,6 +1,6 @@
 """DatasetGenerationWorkflow: a corpus, a trace file or an env generator -> a dataset in storage.
 
-Orchestration only (the work is `activities.dataset`):
+Orchestration only (the work is `gymflow.activities.dataset`):
 
 1. `scan_dataset_source`: read the source, reject what is unusable, assign splits by source
    group, write the plan of candidates to storage.
@@ -13,7 +13,7 @@ Orchestration only (the work is `activities.dataset`):
 History holds counters and URIs only. Before it grows large (`max_batches_per_run`, or when the
 server suggests it) the workflow drains its window and continues as new with its state. Every
 activity's output is keyed by the workflow id and batch index and is deterministic, and model
-replies are recorded as they arrive (`activities.dataset_calls`), so a crash of any worker
+replies are recorded as they arrive (`gymflow.activities.dataset_calls`), so a crash of any worker
 resumes where it stopped: no accepted item lost or duplicated, no completed model call repeated.
 A batch that fails for good becomes rejections (``batch/batch_failed``), never a failed run.
 """
@@ -30,9 +30,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities import errors
-    from activities.dataset import DatasetActivities
-    from activities.dataset_models import (
+    from gymflow.activities import errors
+    from gymflow.activities.dataset import DatasetActivities
+    from gymflow.activities.dataset_models import (
         BatchInput,
         BatchSummary,
         FinalizeInput,
@@ -42,10 +42,10 @@ with workflow.unsafe.imports_passed_through():
         ScanInput,
         ScanResult,
     )
-    from envs.datagen.filters import quota_caps
-    from workflows import names, status
-    from workflows.activity_calls import describe, error_type, execute
-    from workflows.schema import DatasetInput, DatasetResult, DatasetState
+    from gymflow.envs.datagen.filters import quota_caps
+    from gymflow.workflows import names, status
+    from gymflow.workflows.activity_calls import describe, error_type, execute
+    from gymflow.workflows.schema import DatasetInput, DatasetResult, DatasetState
 
 SCAN_TIMEOUT = timedelta(hours=2)
 BATCH_TIMEOUT = timedelta(hours=1)

@@ -15,7 +15,7 @@ Cancellation reaches every child: a parent that is cancelled asks its running ch
 and waits up to `CHILD_CANCEL_TIMEOUT` for them to close before it closes itself. Children are
 started with `ParentClosePolicy.REQUEST_CANCEL`, so a parent that is terminated or times out also
 gets its children cancelled, not terminated. Both record their final GymflowStatus
-(workflows.status).
+(gymflow.workflows.status).
 """
 
 from __future__ import annotations
@@ -32,16 +32,16 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 from temporalio.workflow import ChildWorkflowCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities import errors
-    from activities.env import EnvActivities, GroupRewardInput
-    from activities.report import BatchReportInput, BatchReportResult, ReportActivities
-    from activities.storage import LoadTasksInput, StorageActivities, WriteJsonlInput
-    from envs.contract import Reward, Task, TerminationReason, Trajectory, json_bytes
-    from envs.rewards.group import group_advantages
-    from workflows import names, status
-    from workflows.activity_calls import describe, error_type, execute
-    from workflows.rollout import RolloutWorkflow
-    from workflows.schema import (
+    from gymflow.activities import errors
+    from gymflow.activities.env import EnvActivities, GroupRewardInput
+    from gymflow.activities.report import BatchReportInput, BatchReportResult, ReportActivities
+    from gymflow.activities.storage import LoadTasksInput, StorageActivities, WriteJsonlInput
+    from gymflow.envs.contract import Reward, Task, TerminationReason, Trajectory, json_bytes
+    from gymflow.envs.rewards.group import group_advantages
+    from gymflow.workflows import names, status
+    from gymflow.workflows.activity_calls import describe, error_type, execute
+    from gymflow.workflows.rollout import RolloutWorkflow
+    from gymflow.workflows.schema import (
         GROUP_INLINE_BYTES,
         BatchInput,
         BatchResult,
@@ -60,7 +60,7 @@ CHILD_RETRY = RetryPolicy(maximum_attempts=1)
 BATCH_PART_BYTES = "batch-part-bytes"
 """Patch id: a batch sizes its JSONL parts in bytes, not characters."""
 BATCH_REPORT = "batch-report"
-"""Patch id: a batch renders its report (activities.report) when it ends."""
+"""Patch id: a batch renders its report (gymflow.activities.report) when it ends."""
 STORAGE_TIMEOUT = timedelta(minutes=2)
 REPORT_TIMEOUT = timedelta(minutes=10)
 TASK_PAGE = 256

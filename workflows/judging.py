@@ -19,13 +19,13 @@ from temporalio.common import RetryPolicy
 with workflow.unsafe.imports_passed_through():
     from pydantic import Field
 
-    from activities import errors
-    from activities.judge import JudgeActivities, JudgeInput
-    from activities.model import ModelConfig
-    from envs.contract import Message, Reward, Task, Wire
-    from envs.rewards.rubric import Rubric
-    from workflows import names
-    from workflows.activity_calls import execute
+    from gymflow.activities import errors
+    from gymflow.activities.judge import JudgeActivities, JudgeInput
+    from gymflow.activities.model import ModelConfig
+    from gymflow.envs.contract import Message, Reward, Task, Wire
+    from gymflow.envs.rewards.rubric import Rubric
+    from gymflow.workflows import names
+    from gymflow.workflows.activity_calls import execute
 
 JUDGE_TIMEOUT = timedelta(minutes=5)
 

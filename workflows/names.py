@@ -37,7 +37,7 @@ SA_RUN = SearchAttributeKey.for_keyword("GymflowRun")
 """The training run (or dataset generation run) a workflow belongs to."""
 
 MEMO_PLAN = "plan"
-"""Memo key: the RolloutWorkflow plan its starter expects (`workflows.schema.ROLLOUT_PLAN`). A rollout
+"""Memo key: the RolloutWorkflow plan its starter expects (`gymflow.workflows.schema.ROLLOUT_PLAN`). A rollout
 whose starter declares it runs that plan without a patch marker (and the TemporalChangeVersion
 upsert that comes with one); without it, the workflow asks `workflow.patched` as it always did."""
 

@@ -6,7 +6,7 @@ activities after `init_rollout` go to the node queue of the worker holding the r
 servers. When that node is lost (schedule-to-start timeout) or the rollout's state is gone
 (RolloutNotFound, a dead server), the rollout is re-initialised elsewhere: stateless envs just
 continue, replayable envs get their recorded tool calls re-executed first, others end with a
-typed infra failure (that env half lives in workflows.rollout_env, shared with the trainer-driven
+typed infra failure (that env half lives in gymflow.workflows.rollout_env, shared with the trainer-driven
 RolloutSessionWorkflow). Bad model output is data: it becomes an error observation, never a crash.
 
 Round trips (bench/: at zero latency each costs the server and worker more CPU than the work it
@@ -18,12 +18,12 @@ next tool call — one server round trip per turn instead of two, and the conver
 activity's input) never enters history. It is off by default because a local activity holds a
 workflow task slot for the whole generation and a worker's graceful shutdown waits for (and the
 SDK re-runs) in-flight local turns: fine for turns of a few seconds, wrong for long generations.
-Fused turns (activities.turn; the default of stateless envs that set `BaseEnv.fused_turns`, or
+Fused turns (gymflow.activities.turn; the default of stateless envs that set `BaseEnv.fused_turns`, or
 `RolloutInput.fuse_turns`): a turn is one `play_turn` activity on the rollout's node — model call,
 tool calls, and for a final answer the reward and the release — so a rollout of n tool turns is
 n + 2 activities instead of 2n + 3. A retry re-runs the whole turn, hence stateless envs only.
 A fused turn sends its node only the messages the node does not hold yet, and after the first turn
-neither the model settings, the tools nor the task (activities.context_cache); a node that refuses
+neither the model settings, the tools nor the task (gymflow.activities.context_cache); a node that refuses
 such a turn as invalid input (a worker older than this code) gets the rollout's turns whole. A fused
 turn carries no summary: its calls are decided inside it, so it heads its result with them for the
 Web UI (`PlayTurnInput.call_lines`), and a node too old to read that request gets turns without it.
@@ -42,20 +42,20 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities import errors
-    from activities.env import RolloutHandle
-    from activities.model import GenerateInput, GenerateResult, ModelActivities
-    from activities.turn import CachedContext, PlayTurnInput, PlayTurnResult, TurnActivities, TurnDelta
-    from envs.contract import Message, Reward, TerminationReason, Trajectory, Usage
-    from envs.rewards.rubric import Rubric
-    from envs.tokens import TokenPrefix, TurnTokens
-    from workflows import judging, names, status
-    from workflows.activity_calls import describe, error_type, execute, node_lost
-    from workflows.budget import TrajectoryBudget
-    from workflows.judging import JudgeConfig
-    from workflows.rollout_env import ADMISSION_WAIT, ENV_HEARTBEAT, NODE_ERRORS, RolloutEnv
-    from workflows.rollout_env import Stop as _Stop
-    from workflows.schema import ROLLOUT_PLAN, RolloutInput, RolloutResult, initial_search_attributes
+    from gymflow.activities import errors
+    from gymflow.activities.env import RolloutHandle
+    from gymflow.activities.model import GenerateInput, GenerateResult, ModelActivities
+    from gymflow.activities.turn import CachedContext, PlayTurnInput, PlayTurnResult, TurnActivities, TurnDelta
+    from gymflow.envs.contract import Message, Reward, TerminationReason, Trajectory, Usage
+    from gymflow.envs.rewards.rubric import Rubric
+    from gymflow.envs.wire.tokens import TokenPrefix, TurnTokens
+    from gymflow.workflows import judging, names, status
+    from gymflow.workflows.activity_calls import describe, error_type, execute, node_lost
+    from gymflow.workflows.budget import TrajectoryBudget
+    from gymflow.workflows.judging import JudgeConfig
+    from gymflow.workflows.rollout_env import ADMISSION_WAIT, ENV_HEARTBEAT, NODE_ERRORS, RolloutEnv
+    from gymflow.workflows.rollout_env import Stop as _Stop
+    from gymflow.workflows.schema import ROLLOUT_PLAN, RolloutInput, RolloutResult, initial_search_attributes
 
 
 ROLLOUT_PLAN_2 = "rollout-plan-2"
@@ -71,7 +71,7 @@ CALL_LINES_PATCH = "play-turn-call-lines"
 """Patch id, checked only when a node refuses a whole fused turn: the turn goes again without asking
 for call lines instead of ending the rollout (histories written before replay as they ended)."""
 MODEL_HEARTBEAT = timedelta(seconds=10)
-"""Generations heartbeat every ~3 s once they have run that long (activities.model): quick turns
+"""Generations heartbeat every ~3 s once they have run that long (gymflow.activities.model): quick turns
 never send one, and a worker killed mid-generation is noticed within this."""
 
 
@@ -82,7 +82,7 @@ class RolloutWorkflow:
         self._usage = Usage()
         self._turns = 0
         self._env: RolloutEnv | None = None
-        """Init, tool calls, reward, release and recovery on the rollout's node (workflows.rollout_env)."""
+        """Init, tool calls, reward, release and recovery on the rollout's node (gymflow.workflows.rollout_env)."""
         self._rubric: Rubric | None = None
         self._pending_chars = 0
         self._last_completion_tokens = 0
@@ -128,7 +128,7 @@ class RolloutWorkflow:
         )
         # Starters that set these already (the SDK, parent workflows) save the history events and
         # the visibility writes; a plain `temporal workflow start` gets them here. GymflowStatus is
-        # written only when the rollout closes (workflows.status). GymflowTask came later: only runs
+        # written only when the rollout closes (gymflow.workflows.status). GymflowTask came later: only runs
         # with its patch add it when the starter did not.
         attributes = initial_search_attributes(input)
         if workflow.info().typed_search_attributes.get(names.SA_TASK) is None and not workflow.patched(ROLLOUT_TASK_SA):
@@ -333,7 +333,7 @@ class RolloutWorkflow:
                 ),
                 # No summary: it could not name the calls (the model has not answered yet), and the Web
                 # UI's compact view shows a result's head only for activities without one. The result
-                # starts with the call lines instead (activities.turn).
+                # starts with the call lines instead (gymflow.activities.turn).
             )
         except ActivityError as exc:
             if node_lost(exc):

@@ -26,8 +26,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities import errors
-    from activities.env import (
+    from gymflow.activities import errors
+    from gymflow.activities.env import (
         CallToolInput,
         ComputeRewardInput,
         EnvActivities,
@@ -35,15 +35,15 @@ with workflow.unsafe.imports_passed_through():
         ReleaseInput,
         RolloutHandle,
     )
-    from activities.turn import named_call, refusal
-    from envs.contract import Message, Reward, Task, TerminationReason, ToolCall, ToolResult
-    from workflows.activity_calls import describe, error_type, execute, node_lost, timed_out
-    from workflows.schema import RetrySettings, RolloutLimits
+    from gymflow.activities.turn import named_call, refusal
+    from gymflow.envs.contract import Message, Reward, Task, TerminationReason, ToolCall, ToolResult
+    from gymflow.workflows.activity_calls import describe, error_type, execute, node_lost, timed_out
+    from gymflow.workflows.schema import RetrySettings, RolloutLimits
 
 T = TypeVar("T")
 
 ADMISSION_WAIT = timedelta(minutes=10)
-"""How long an env step may wait on its node for a slot (envs.admission) before it runs: a busy
+"""How long an env step may wait on its node for a slot (gymflow.workers.admission) before it runs: a busy
 node queues server starts, sandboxed runs and rewards instead of running them all at once. The
 waiting activity heartbeats, so a lost node is still noticed within ENV_HEARTBEAT."""
 INIT_TIMEOUT = timedelta(minutes=2) + ADMISSION_WAIT
@@ -54,7 +54,7 @@ NODE_ERRORS = (errors.ENV_CONFIG, errors.ROLLOUT_NOT_FOUND, errors.ENV_ERROR)
 """Env failures no retry on the same node mends: bad config, and state that is gone (recovery's)."""
 TOOL_IMAGES_PATCH = "tool-images"
 """Patch id: tool observations carry the images a tool returned inline (`Message.images`)."""
-"""Env activities heartbeat every ~3 s while they run (activities.env), so the loss of the worker
+"""Env activities heartbeat every ~3 s while they run (gymflow.activities.env), so the loss of the worker
 running one is noticed within this; a tool that is slow but alive keeps its activity open."""
 
 
@@ -179,7 +179,7 @@ class RolloutEnv:
     async def observe(self, call: ToolCall, ran: ToolResult | None = None) -> Message:
         """The observation for one tool call; only well-formed calls of known tools reach the env.
 
-        `ran`: the call's result from a fused turn (activities.turn), which decided alike what to
+        `ran`: the call's result from a fused turn (gymflow.activities.turn), which decided alike what to
         refuse; without it the call runs here, as its own activity.
         """
         assert self.handle is not None

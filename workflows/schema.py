@@ -3,7 +3,7 @@
 Kept out of the workflow modules on purpose: the workflow sandbox re-imports a workflow's own
 module for every run, and a pydantic model defined there would be rebuilt, with a new type adapter
 in the data converter, for every rollout. This module is passed through the sandbox
-(`workers.worker.SANDBOX_PASSTHROUGH`), so each model is built once per worker. It is pure: no I/O,
+(`gymflow.workers.worker.SANDBOX_PASSTHROUGH`), so each model is built once per worker. It is pure: no I/O,
 nothing nondeterministic.
 """
 
@@ -14,11 +14,11 @@ from typing import Any, Literal
 from pydantic import Field
 from temporalio.common import SearchAttributePair
 
-from activities.dataset_models import DEFAULT_ENV, DatasetSource, GenerationOptions, ScanResult
-from activities.model import ModelConfig
-from envs.contract import Task, Trajectory, Wire
-from workflows import names, status
-from workflows.judging import JudgeConfig
+from gymflow.activities.dataset_models import DEFAULT_ENV, DatasetSource, GenerationOptions, ScanResult
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.contract import Task, Trajectory, Wire
+from gymflow.workflows import names, status
+from gymflow.workflows.judging import JudgeConfig
 
 MAX_ATTEMPTS = 1000
 """Upper bound of retry attempts (Temporal's RetryPolicy holds an int32; nobody needs more)."""
@@ -86,7 +86,7 @@ class RolloutInput(Wire):
     judge: JudgeConfig | None = None
     """Have an LLM judge score the rollout (the rubric defaults to the env's)."""
     fuse_turns: bool | None = None
-    """Run each turn's tool calls in the model turn's activity (activities.turn): None follows the
+    """Run each turn's tool calls in the model turn's activity (gymflow.activities.turn): None follows the
     env (`BaseEnv.fused_turns`), False keeps one activity per tool call, True asks for fused turns,
     which only a stateless env gets (a stateful env's completed calls are never run again)."""
 
@@ -108,7 +108,7 @@ def rollout_memo(input: RolloutInput) -> dict[str, Any]:
 
 def initial_search_attributes(input: RolloutInput) -> list[SearchAttributePair[Any]]:
     """GymflowEnv / GymflowModel / GymflowTask (/ GymflowBatch) of a starting rollout; GymflowStatus is
-    written only when it closes (workflows.status)."""
+    written only when it closes (gymflow.workflows.status)."""
     return status.start_attributes(
         input.env,
         model=input.model.model or "default",
@@ -142,12 +142,12 @@ class GroupResult(Wire):
     mean_reward: float | None
     infra_failed: int
     group_id: str = ""
-    """The group workflow's id, set by the SDK that streams groups (workers.groups); trainers
+    """The group workflow's id, set by the SDK that streams groups (gymflow.workers.sdk.groups); trainers
     resuming a batch dedupe by it."""
     messages_omitted: bool = False
     """True when the conversations were too large to return inline (over `GROUP_INLINE_BYTES`):
     every trajectory's `messages` and `tokens` are then empty, and its rollout workflow (id `rollout_id`) holds
-    them. `workers.client.iterate_groups` reads them back."""
+    them. `gymflow.workers.sdk.client.iterate_groups` reads them back."""
 
 
 class RolloutOptions(Wire):
@@ -254,7 +254,7 @@ class BatchResult(Wire):
     """Why the batch has no report, if it failed to render; the batch's results are complete anyway."""
 
 
-# -- dataset generation (workflows.dataset) ---------------------------------------------------
+# -- dataset generation (gymflow.workflows.dataset) ---------------------------------------------------
 
 
 class DatasetState(Wire):

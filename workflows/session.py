@@ -9,7 +9,7 @@ per turn. A session gives them the env as a durable workflow, driven by Updates:
 * `close` -> the trajectory (also the workflow's result); closing before `done` ends the episode
   unscored (`cancelled`).
 
-The env half is `workflows.rollout_env.RolloutEnv`, the one `RolloutWorkflow` uses: the same
+The env half is `gymflow.workflows.rollout_env.RolloutEnv`, the one `RolloutWorkflow` uses: the same
 isolation (one env state per rollout incarnation), node pinning (env activities go to the node
 queue of the worker holding the state) and recovery (a lost node or dead server is re-initialised
 elsewhere and, for replayable envs, the recorded tool calls are re-run and checked), so a worker
@@ -27,13 +27,13 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities import errors
-    from activities.env import RolloutHandle
-    from envs.contract import Message, Reward, TerminationReason, Trajectory
-    from workflows import names, status
-    from workflows.budget import TrajectoryBudget
-    from workflows.rollout_env import RolloutEnv, Stop
-    from workflows.session_schema import (
+    from gymflow.activities import errors
+    from gymflow.activities.env import RolloutHandle
+    from gymflow.envs.contract import Message, Reward, TerminationReason, Trajectory
+    from gymflow.workflows import names, status
+    from gymflow.workflows.budget import TrajectoryBudget
+    from gymflow.workflows.rollout_env import RolloutEnv, Stop
+    from gymflow.workflows.session_schema import (
         ResetResult,
         SessionInput,
         SessionResult,
@@ -80,8 +80,8 @@ class RolloutSessionWorkflow:
     async def run(self, input: SessionInput) -> SessionResult:
         self._input = input
         self._rollout_id = input.rollout_id or workflow.info().workflow_id
-        # The starter (workers.sessions) sets the start attributes; `temporal workflow start` gets
-        # them here. GymflowStatus is written once, at close (workflows.status).
+        # The starter (gymflow.workers.sdk.sessions) sets the start attributes; `temporal workflow start` gets
+        # them here. GymflowStatus is written once, at close (gymflow.workflows.status).
         self._status = status.Closing(session_search_attributes(input))
         self._status.start()
         if workflow.memo_value("task_id", None, type_hint=str) != input.task.id:

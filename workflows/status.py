@@ -45,7 +45,7 @@ from temporalio import workflow
 from temporalio.common import SearchAttributePair, SearchAttributeUpdate
 from temporalio.exceptions import CancelledError, FailureError
 
-from workflows import names
+from gymflow.workflows import names
 
 
 class Status(enum.StrEnum):

@@ -1,6 +1,6 @@
 """TrainingRunWorkflow: validate -> bundle -> upload -> launch -> watch -> evaluate every checkpoint.
 
-The trainer is an outside process (activities.training launches it, locally or on SkyPilot); it
+The trainer is an outside process (gymflow.activities.training launches it, locally or on SkyPilot); it
 talks back through two updates: `report` (a step's scalars, maybe a checkpoint) and `finish`
 (answered once every checkpoint is evaluated, so a trainer that serves its checkpoints keeps them
 up until then). A heartbeating `watch_trainer` activity notices when it exits; a killed worker's
@@ -27,10 +27,10 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from activities import errors
-    from activities.model import ModelConfig
-    from activities.trainer_jobs import LaunchInput, StopInput, TeardownInput, TrainerActivities, WatchInput
-    from activities.training import (
+    from gymflow.activities import errors
+    from gymflow.activities.model import ModelConfig
+    from gymflow.activities.trainer_jobs import LaunchInput, StopInput, TeardownInput, TrainerActivities, WatchInput
+    from gymflow.activities.training import (
         TRAINER_FAILED,
         TRAINING_CONFIG,
         BundleInfo,
@@ -41,12 +41,12 @@ with workflow.unsafe.imports_passed_through():
         ValidateInput,
         ValidationReport,
     )
-    from workflows import names, status
-    from workflows.activity_calls import describe, error_type, execute
-    from workflows.schema import BatchInput
-    from workflows.status import Status
-    from workflows.training_evals import Evaluator, child_batch
-    from workflows.training_schema import (
+    from gymflow.workflows import names, status
+    from gymflow.workflows.activity_calls import describe, error_type, execute
+    from gymflow.workflows.schema import BatchInput
+    from gymflow.workflows.status import Status
+    from gymflow.workflows.training_evals import Evaluator, child_batch
+    from gymflow.workflows.training_schema import (
         CheckpointState,
         EvalSummary,
         FinishReport,

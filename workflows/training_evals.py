@@ -19,13 +19,19 @@ from temporalio.exceptions import CancelledError, ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.model import ModelConfig
-    from activities.training import TRAINING_CONFIG, CompareInput, TrainingActivities
-    from workflows import status
-    from workflows.activity_calls import execute
-    from workflows.group import BatchRolloutWorkflow
-    from workflows.schema import BatchInput, BatchResult
-    from workflows.training_schema import CheckpointReport, EvalSummary, PreparedRun, RunConfig, TrainingRunState
+    from gymflow.activities.model import ModelConfig
+    from gymflow.activities.training import TRAINING_CONFIG, CompareInput, TrainingActivities
+    from gymflow.workflows import status
+    from gymflow.workflows.activity_calls import execute
+    from gymflow.workflows.group import BatchRolloutWorkflow
+    from gymflow.workflows.schema import BatchInput, BatchResult
+    from gymflow.workflows.training_schema import (
+        CheckpointReport,
+        EvalSummary,
+        PreparedRun,
+        RunConfig,
+        TrainingRunState,
+    )
 
 COMPARE_TIMEOUT = timedelta(minutes=2)
 COMPARE_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=[TRAINING_CONFIG])

@@ -3,8 +3,8 @@
 `RunConfig` is what a user writes (YAML, `gymflow train launch CONFIG`); `TrainingRunInput` wraps
 it with the run id and the workflow's internal state (carried across continue-as-new). Reports
 (`StepReport`, `FinishReport`) are the trainer contract's way back: updates to the run workflow.
-Pure and passed through the workflow sandbox (like workflows.schema): no I/O here; YAML parsing
-lives in workers.training_config.
+Pure and passed through the workflow sandbox (like gymflow.workflows.schema): no I/O here; YAML parsing
+lives in gymflow.workers.sdk.training.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from activities.model import ModelConfig
-from envs.contract import Wire
-from workflows.schema import MAX_NAME_CHARS, RetrySettings, RolloutLimits, RolloutOptions
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.contract import Wire
+from gymflow.workflows.schema import MAX_NAME_CHARS, RetrySettings, RolloutLimits, RolloutOptions
 
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 """Run ids become workflow ids, cluster names, storage keys and directory names."""
@@ -75,7 +75,7 @@ class TrainerConfig(Wire):
 
     backend: Backend = "local"
     """`local`: a subprocess on the worker's host. `skypilot`: a SkyPilot cluster (task YAML)."""
-    command: list[str] = Field(default_factory=lambda: ["python", "-m", "workers.reference_trainer"])
+    command: list[str] = Field(default_factory=lambda: ["python", "-m", "gymflow.workers.trainers.reference"])
     """Local backend: the trainer's command line (run in `workdir`)."""
     task_file: str = "deploy/trainer_skyrl.yaml"
     """SkyPilot backend: the trainer's task YAML (relative to `workdir`)."""

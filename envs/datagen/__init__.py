@@ -2,6 +2,6 @@
 model, the prompts and reply parsing of the model path, filters, traces and the dataset format.
 
 Nothing here does I/O beyond parsing bytes it is given, and nothing imports temporalio: the
-activities (`activities.dataset`) read and write storage and call models; the search env
-(`envs.search`) reads the datasets written with `envs.datagen.format`.
+activities (`gymflow.activities.dataset`) read and write storage and call models; the search env
+(`gymflow.envs.builtin.search`) reads the datasets written with `gymflow.envs.datagen.format`.
 """

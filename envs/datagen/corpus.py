@@ -29,7 +29,7 @@ from pathlib import PurePosixPath
 
 from pydantic import Field
 
-from envs.contract import Wire
+from gymflow.envs.contract import Wire
 
 TEXT_SUFFIXES = frozenset({".txt", ".text", ".md", ".markdown", ".rst", ".html", ".htm", ".pdftxt"})
 """File types read as documents (anything else in a corpus is rejected as unsupported)."""

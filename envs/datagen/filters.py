@@ -3,8 +3,8 @@
 * `guard`: deterministic checks of one draft — lengths, no reference to "the text" (a question
   must stand alone: the agent never sees the passage), the answer not given away by the
   question, and for extractive types the answer present in the source passages (normalised as
-  SQuAD does, `envs.rewards.text.normalize_answer`).
-* `too_easy`: plain lexical retrieval (BM25, `envs.datagen.index`) of the question over the whole
+  SQuAD does, `gymflow.envs.rewards.text.normalize_answer`).
+* `too_easy`: plain lexical retrieval (BM25, `gymflow.envs.datagen.index`) of the question over the whole
   corpus; when the top-1 passage already contains the answer, a search agent learns nothing from
   the question.
 * `MinHashDedup`: near-duplicate questions, by MinHash over word 2-grams with LSH banding
@@ -29,11 +29,11 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from envs.contract import Wire
-from envs.datagen.corpus import Rejection, reject
-from envs.datagen.generate import Draft
-from envs.rewards.group import word_ngrams
-from envs.rewards.text import normalize_answer
+from gymflow.envs.contract import Wire
+from gymflow.envs.datagen.corpus import Rejection, reject
+from gymflow.envs.datagen.generate import Draft
+from gymflow.envs.rewards.group import word_ngrams
+from gymflow.envs.rewards.text import normalize_answer
 
 _SELF_REFERENCE_RE = re.compile(
     r"\b(according to (the|this) (text|passage|document|article|excerpt|context)|"

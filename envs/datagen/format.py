@@ -3,7 +3,7 @@
 A dataset is a directory (or S3 prefix) holding::
 
     manifest.json     config, source digests, counts, rejections by reason, split sizes
-    train.jsonl       one `envs.contract.Task` per line (Task.model_dump_json)
+    train.jsonl       one `gymflow.envs.contract.Task` per line (Task.model_dump_json)
     train.parquet     the same rows for HF `datasets` / pandas / DuckDB
     eval.jsonl
     eval.parquet
@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from envs.contract import DatasetError, Message, Task, Wire
+from gymflow.envs.contract import DatasetError, Message, Task, Wire
 
 FORMAT = "gymflow-dataset/1"
 MANIFEST = "manifest.json"
@@ -79,7 +79,7 @@ class Manifest(Wire):
     """Split -> Parquet file, as `datasets.load_dataset("parquet", data_files=...)` takes them."""
     moved_rows: int = 0
     """Rows moved from the split of their documents to the other one, which had no row
-    (`envs.datagen.plan.fill_empty_split`)."""
+    (`gymflow.envs.datagen.plan.fill_empty_split`)."""
 
 
 def to_jsonl(items: Iterable[BaseModel]) -> bytes:

@@ -2,17 +2,17 @@
 
 A `Candidate` names what to generate (a type and its source passages); generating it gives a
 `Draft` (question, answer, sources) or a `Rejection`. Both paths are pure functions here; the
-model calls themselves are the dataset activity's (`activities.dataset`).
+model calls themselves are the dataset activity's (`gymflow.activities.dataset`).
 
 The offline generator needs no model. It finds answer spans (years, numbers, capitalised names)
 in a passage's sentences, the subject named where a pronoun or ``the town`` stood
-(`envs.datagen.text`), and writes:
+(`gymflow.envs.datagen.text`), and writes:
 
 * ``extractive``: the sentence as a question, the span replaced by a wh-phrase in place
   (``Varnholt was founded in what year?``);
 * ``cloze``: ``Fill in the blank: ...`` with the span blanked;
 * ``multi_hop``, ``comparison``, ``paraphrase``: questions over two passages that a single
-  lexical search does not settle (`envs.datagen.hops`).
+  lexical search does not settle (`gymflow.envs.datagen.hops`).
 
 A single-passage question must have one answer in the corpus: a sentence that does not name its
 subject (``A market is held every Monday.``) is asked about it (``About Varnholt: A market is held
@@ -22,7 +22,7 @@ has (``Barges reach ____ by way of the Tamber Canal.`` fits every town on that c
 
 Which sentence and span a candidate uses is a function of its id and `variant`, so generation is
 reproducible. The same wording rules apply to the model path's output through the guards
-(`envs.datagen.filters`).
+(`gymflow.envs.datagen.filters`).
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from envs.contract import Wire
-from envs.datagen import hops
-from envs.datagen.corpus import Chunk, Rejection, reject
-from envs.datagen.text import CorpusContext, as_question, facts, pick, title_of, wh
-from envs.rewards.lenient_json import LenientJSONError, json_candidates, loads_lenient
+from gymflow.envs.contract import Wire
+from gymflow.envs.datagen import hops
+from gymflow.envs.datagen.corpus import Chunk, Rejection, reject
+from gymflow.envs.datagen.text import CorpusContext, as_question, facts, pick, title_of, wh
+from gymflow.envs.rewards.lenient_json import LenientJSONError, json_candidates, loads_lenient
 
 QuestionType = Literal["extractive", "cloze", "multi_hop", "comparison", "paraphrase"]
 QUESTION_TYPES: tuple[QuestionType, ...] = ("extractive", "cloze", "multi_hop", "comparison", "paraphrase")

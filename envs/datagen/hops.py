@@ -13,7 +13,7 @@ Each is a question a single lexical search does not settle, written without a mo
   number, so it needs both documents: the answer is one value, which one depends on the other.
 * ``paraphrase`` (one document, two passages where it has them): the answer sentence is never
   quoted. Its subject is named only through another sentence of the document with the subject
-  blanked, and its relation words are reworded where `envs.datagen.text.SYNONYMS` knows one:
+  blanked, and its relation words are reworded where `gymflow.envs.datagen.text.SYNONYMS` knows one:
   ``Take the name that fills the blank in "Since 1961 ____ has been twinned with Quenton." That
   one's principal export is what?``
 
@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from envs.datagen.corpus import Chunk
-from envs.datagen.text import (
+from gymflow.envs.datagen.corpus import Chunk
+from gymflow.envs.datagen.text import (
     CorpusContext,
     Fact,
     facts,

@@ -32,9 +32,9 @@ import random
 import re
 from collections.abc import Sequence
 
-from envs.datagen.corpus import Chunk, Document
-from envs.datagen.generate import PAIR_TYPES, Candidate, QuestionType
-from envs.datagen.text import NAME_RE, CorpusContext, facts, names_subject
+from gymflow.envs.datagen.corpus import Chunk, Document
+from gymflow.envs.datagen.generate import PAIR_TYPES, Candidate, QuestionType
+from gymflow.envs.datagen.text import NAME_RE, CorpusContext, facts, names_subject
 
 Related = dict[str, dict[str, list[str]]]
 """Chunk id -> question type -> ids of the passages a two-passage question pairs it with."""

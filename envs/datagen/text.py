@@ -30,8 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envs.datagen.corpus import Chunk
-from envs.rewards.text import normalize_answer
+from gymflow.envs.datagen.corpus import Chunk
+from gymflow.envs.rewards.text import normalize_answer
 
 SENTENCE_RE = re.compile(r"[^.!?\n]+(?:[.!?]+|$)")
 YEAR_RE = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")

@@ -3,8 +3,8 @@
 from pathlib import Path
 from typing import Any
 
-from envs.math.rewards import extract_answer
-from envs.mcp.reward import RolloutTools
+from gymflow.envs.builtin.math.rewards import extract_answer
+from gymflow.envs.mcp.reward import RolloutTools
 
 
 async def correct(

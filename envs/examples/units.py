@@ -2,9 +2,9 @@
 
 from typing import Any
 
-from envs.contract import Message, Reward, Task
-from envs.math.rewards import extract_answer, math_equivalent
-from envs.mcp.env import McpEnv
+from gymflow.envs.builtin.math.rewards import extract_answer, math_equivalent
+from gymflow.envs.contract import Message, Reward, Task
+from gymflow.envs.mcp.env import McpEnv
 
 MILES = [3, 7, 12.5, 26.2, 42, 100]
 
@@ -13,10 +13,10 @@ class UnitsEnv(McpEnv):
     name = "units"
     system_prompt = "Convert units with the calculator tools. End with <answer>NUMBER</answer>."
     stateless = True  # the calculator keeps no state: a lost rollout just gets a fresh server
-    fused_turns = True  # tool calls may re-run: one activity per turn (activities.turn)
+    fused_turns = True  # tool calls may re-run: one activity per turn (gymflow.activities.turn)
     # Any MCP server works here, by config alone (the `mcpServers` format of Claude Desktop).
-    mcp_servers = {"calculator": {"command": "python", "args": ["-m", "envs.math.servers.calculator"]}}
-    policies = {"reference": "envs.examples.units_policy:ConvertPolicy"}  # `gymflow eval units`, no model
+    mcp_servers = {"calculator": {"command": "python", "args": ["-m", "gymflow.envs.builtin.math.servers.calculator"]}}
+    policies = {"reference": "gymflow.envs.examples.units_policy:ConvertPolicy"}  # `gymflow eval units`, no model
 
     async def compute_reward(
         self, rollout_id: str, completion: list[Message], ground_truth: Any, **kwargs: Any

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from envs.contract import Message, ToolCall, ToolSpec
-from envs.policy import Policy
+from gymflow.envs.contract import Message, ToolCall, ToolSpec
+from gymflow.envs.policy import Policy
 
 KM_PER_MILE = 1.609344
 _QUESTION = re.compile(r"How many km is ([0-9.]+) miles\?")

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from envs.contract import Wire
+from gymflow.envs.contract import Wire
 
 PORT = "{port}"
 """Placeholder for the free port of a per-rollout HTTP server."""
@@ -65,14 +65,14 @@ class McpServerConfig(Wire):
     """How long the server may take to start and answer the handshake."""
     parsers: dict[str, str] = Field(default_factory=dict)
     """Per-tool output parser: `json` (text parsed into `structured`), `text` (text only), or
-    `module:function` / `file.py:function` (see envs.mcp.content.Parser)."""
+    `module:function` / `file.py:function` (see gymflow.envs.mcp.content.Parser)."""
     bearer_token: bool = False
     """For a per-rollout HTTP server that checks one: a fresh random token per server process, given
     to it in the environment (`GYMFLOW_MCP_TOKEN`, or `{token}` in `env`/`args`) and sent by the
     client as `Authorization: Bearer`, so other local processes cannot call the rollout's tools."""
     max_inline_media_bytes: int = Field(default=MAX_INLINE_MEDIA_BYTES, ge=0)
     """Images/audio/blobs of one result up to this many bytes stay inline (base64); larger ones
-    are saved as workspace files (see envs.contract.ToolAttachment)."""
+    are saved as workspace files (see gymflow.envs.contract.ToolAttachment)."""
 
     @field_validator("parsers")
     @classmethod

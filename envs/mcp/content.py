@@ -6,7 +6,7 @@ while the result's binary total stays under the server's `max_inline_media_bytes
 written into the rollout's workspace under `.media/` (named by content hash, so a replayed call
 renders the same text) and referenced by path. The text names every attachment where it appeared
 with a short placeholder (`[image: image/png, 12 KB]`): what a model that takes no images reads;
-one that does (`ModelConfig.images`) gets the inline images as image parts too (envs.chat).
+one that does (`ModelConfig.images`) gets the inline images as image parts too (gymflow.envs.wire.chat).
 
 Parsers (config `parsers: {tool: spec}`) run on successful results only; the model must see
 errors as they are:
@@ -32,9 +32,9 @@ from typing import Any, Literal
 
 import mcp_types
 
-from envs.contract import ToolAttachment, ToolResult
-from envs.mcp import workspace as ws
-from envs.mcp.plugins import load_callable
+from gymflow.envs.contract import ToolAttachment, ToolResult
+from gymflow.envs.mcp import workspace as ws
+from gymflow.envs.mcp.plugins import load_callable
 
 Parser = Callable[[ToolResult], "ToolResult | str | Any | Awaitable[ToolResult | str | Any]"]
 MEDIA_DIR = ".media"

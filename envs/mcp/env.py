@@ -11,9 +11,9 @@ Three ways to define one:
 * a subclass with `mcp_servers`, `system_prompt` and `compute_reward` (see envs/examples/units.py);
 * `McpEnv.from_config({"mcpServers": ...})` for servers alone;
 * `McpEnv.from_file("env.yaml")`: servers, prompt, reward functions, dataset and recovery flags
-  from one YAML/JSON file (envs.mcp.envfile); `gymflow rollout env.yaml` runs it.
+  from one YAML/JSON file (gymflow.envs.mcp.envfile); `gymflow rollout env.yaml` runs it.
 
-Rewards may inspect the live rollout: `reward_fns` (envs.mcp.reward) get the workspace and the
+Rewards may inspect the live rollout: `reward_fns` (gymflow.envs.mcp.reward) get the workspace and the
 rollout's live servers, and `tools(rollout_id)` gives a subclass's `compute_reward` the same.
 """
 
@@ -25,16 +25,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from envs.admission import Admission
-from envs.contract import BaseEnv, InfraError, Message, Reward, RolloutNotFound, ToolResult, ToolSpec
-from envs.mcp import workspace as ws
-from envs.mcp.config import McpServerConfig, parse_servers
-from envs.mcp.content import Parser, load_parser
-from envs.mcp.instance import ServerSet, ServerSetFactory, public_names
-from envs.mcp.ledger import LEDGER_DIR, Ledger
-from envs.mcp.library_reward import DEFAULT_REWARD
-from envs.mcp.pool import WarmPool
-from envs.mcp.reward import RewardFn, RolloutTools, final_text, score
+from gymflow.envs.contract import BaseEnv, InfraError, Message, Reward, RolloutNotFound, ToolResult, ToolSpec
+from gymflow.envs.mcp import workspace as ws
+from gymflow.envs.mcp.config import McpServerConfig, parse_servers
+from gymflow.envs.mcp.content import Parser, load_parser
+from gymflow.envs.mcp.instance import ServerSet, ServerSetFactory, public_names
+from gymflow.envs.mcp.ledger import LEDGER_DIR, Ledger
+from gymflow.envs.mcp.library_reward import DEFAULT_REWARD
+from gymflow.envs.mcp.pool import WarmPool
+from gymflow.envs.mcp.reward import RewardFn, RolloutTools, final_text, score
+from gymflow.workers.admission import Admission
 
 DEFAULT_POOL_SIZE = 2
 """Server sets kept started per env instance unless `pool_size` says otherwise."""
@@ -46,7 +46,7 @@ class McpEnv(BaseEnv):
     mcp_servers: ClassVar[Mapping[str, Any]] = {}
     """Server configs (`mcpServers` format) for subclasses; `from_config` fills it for an instance."""
     reward_fns: ClassVar[Sequence[RewardFn]] = ()
-    """Reward functions (envs.mcp.reward signature) the default `compute_reward` sums."""
+    """Reward functions (gymflow.envs.mcp.reward signature) the default `compute_reward` sums."""
     workspace_seed: ClassVar[ws.WorkspaceSeed | None] = None
     """Files copied into every workspace and a setup command run in it before its servers start."""
     workspace_quota_mb: ClassVar[int | None] = None
@@ -123,8 +123,8 @@ class McpEnv(BaseEnv):
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> McpEnv:
-        """An env from a YAML/JSON env file (see envs.mcp.envfile); raises ValueError naming a bad key."""
-        from envs.mcp.envfile import env_class_from_file
+        """An env from a YAML/JSON env file (see gymflow.envs.mcp.envfile); raises ValueError naming a bad key."""
+        from gymflow.envs.mcp.envfile import env_class_from_file
 
         return env_class_from_file(Path(path))(**kwargs)
 
@@ -196,7 +196,7 @@ class McpEnv(BaseEnv):
     ) -> Reward | Mapping[str, float]:
         """The sum of `reward_fns`; without any, exact match of the final answer with the ground truth
         (the last `<answer>` of the last assistant message, or that message whole without one;
-        envs.mcp.library_reward)."""
+        gymflow.envs.mcp.library_reward)."""
         if self.reward_fns:
             sset = self._get(rollout_id)
             if not sset.alive:  # a reward that reads a dead server's state would score garbage

@@ -16,7 +16,7 @@
       files: {data.db: seed/data.db}  # workspace path: source (file or directory)
       setup: git init -q              # run in the workspace (sh -c), `{workspace}` filled in
     policies:                         # scripted policies: `--policy NAME`, `gymflow policy serve env.yaml`
-      reference: my_policy.py:MyPolicy  # module:Class or file.py:Class (an envs.policy.Policy)
+      reference: my_policy.py:MyPolicy  # module:Class or file.py:Class (a gymflow.envs.policy.Policy)
 
 `{workspace}` (the rollout's workspace directory) and `{rollout_id}` are filled in in the system
 prompt and the tasks' prompts, as in server `args` and `env`. Every reward function is checked
@@ -51,15 +51,15 @@ from typing import Any, ClassVar
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from envs.contract import Task, Wire
-from envs.mcp.config import BUILTIN_PARSERS, WORKSPACE, parse_servers
-from envs.mcp.env import McpEnv
-from envs.mcp.library_reward import LibraryReward, LibraryRewardSpec
-from envs.mcp.plugins import load_callable
-from envs.mcp.reward import REWARD_KWARGS, REWARD_SIGNATURE, RewardFn, check_reward_fn
-from envs.mcp.workspace import WorkspaceSeed
-from envs.policy import DEFAULT, NULL, Policy, PolicySpec
-from envs.registry import ENV_FILE_SUFFIXES, EnvFileError
+from gymflow.envs.contract import Task, Wire
+from gymflow.envs.mcp.config import BUILTIN_PARSERS, WORKSPACE, parse_servers
+from gymflow.envs.mcp.env import McpEnv
+from gymflow.envs.mcp.library_reward import LibraryReward, LibraryRewardSpec
+from gymflow.envs.mcp.plugins import load_callable
+from gymflow.envs.mcp.reward import REWARD_KWARGS, REWARD_SIGNATURE, RewardFn, check_reward_fn
+from gymflow.envs.mcp.workspace import WorkspaceSeed
+from gymflow.envs.policy import DEFAULT, NULL, Policy, PolicySpec
+from gymflow.envs.registry import ENV_FILE_SUFFIXES, EnvFileError
 
 RewardSpecs = str | LibraryRewardSpec | list[str | LibraryRewardSpec] | None
 
@@ -70,15 +70,15 @@ class EnvFile(Wire):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     mcp_servers: dict[str, Any] = Field(alias="mcpServers")
-    """Server configs, `mcpServers` format plus gymflow's per-server policy (envs.mcp.config)."""
+    """Server configs, `mcpServers` format plus gymflow's per-server policy (gymflow.envs.mcp.config)."""
     description: str = ""
     """One line about the env, for `gymflow envs`."""
     system_prompt: str = ""
     """The system prompt of every rollout."""
     reward: str | LibraryRewardSpec | list[str | LibraryRewardSpec] | None = None
-    """Reward function(s), summed: `module:function` or `file.py:function` (envs.mcp.reward
+    """Reward function(s), summed: `module:function` or `file.py:function` (gymflow.envs.mcp.reward
     signature), or a reward-library function with its parameters (`{fn: exact_match, extract:
-    answer_tag}`, envs.mcp.library_reward). Without one, the reward is an exact match of the final
+    answer_tag}`, gymflow.envs.mcp.library_reward). Without one, the reward is an exact match of the final
     answer with the ground truth."""
     dataset: str | None = None
     """Default dataset: a JSONL file of tasks."""
@@ -89,11 +89,11 @@ class EnvFile(Wire):
     fused_turns: bool = False
     """Run each turn's tool calls in the model turn's activity (BaseEnv.fused_turns); needs `stateless`."""
     workspace: WorkspaceSeed | None = None
-    """Files and a setup command every workspace gets before its servers start (envs.mcp.workspace)."""
+    """Files and a setup command every workspace gets before its servers start (gymflow.envs.mcp.workspace)."""
     workspace_quota_mb: int | None = Field(default=None, ge=1)
     """Disk quota of each rollout's workspace in MB (default: the worker's `workspace_quota_mb`)."""
     policies: dict[str, str] = Field(default_factory=dict)
-    """Scripted policies, name -> `module:Class` or `file.py:Class` (envs.policy): the first is the
+    """Scripted policies, name -> `module:Class` or `file.py:Class` (gymflow.envs.policy): the first is the
     default of `--policy`, and `gymflow policy serve ENV --policy NAME` serves any of them."""
 
     @field_validator("policies")
@@ -130,7 +130,9 @@ class FileEnv(McpEnv):
     @classmethod
     def load_dataset(cls, name: str, **kwargs: Any) -> Iterable[Task]:
         """The file's `dataset` for `default`/`generated`, else the JSONL file `name`."""
-        from envs.math.data import load_jsonl  # the generic {"prompt"|"question", "answer"} JSONL loader
+        from gymflow.envs.builtin.math.data import (
+            load_jsonl,  # the generic {"prompt"|"question", "answer"} JSONL loader
+        )
 
         if name in {"default", "generated", ""}:
             if cls.dataset_path is None:
@@ -263,7 +265,7 @@ def _policies(specs: dict[str, str], base: Path) -> dict[str, PolicySpec]:
         policies[name] = absolute = _absolute_spec(spec, base)
         target = load_callable(absolute, field=f"policies.{name}")
         if isinstance(target, type) and not issubclass(target, Policy):
-            raise ValueError(f"policies.{name}: {spec} is not an envs.policy.Policy subclass")  # noqa: TRY004
+            raise ValueError(f"policies.{name}: {spec} is not a gymflow.envs.policy.Policy subclass")  # noqa: TRY004
     return policies  # made on use (`--policy`), not here: a worker never plays them
 
 

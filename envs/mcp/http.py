@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import Process
 
-from envs.contract import InfraError
-from envs.mcp.config import PORT, TOKEN_ENV, McpServerConfig
-from envs.mcp.transport import kill_group, server_env, with_log_tail
+from gymflow.envs.contract import InfraError
+from gymflow.envs.mcp.config import PORT, TOKEN_ENV, McpServerConfig
+from gymflow.envs.mcp.transport import kill_group, server_env, with_log_tail
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs.admission import Admission
-from envs.contract import ToolError, ToolResult, ToolSpec
-from envs.mcp.config import McpServerConfig
-from envs.mcp.content import Parser
-from envs.mcp.ledger import Ledger
-from envs.mcp.session import McpSession
-from envs.mcp.workspace import WorkspaceSeed, seed_workspace
+from gymflow.envs.contract import ToolError, ToolResult, ToolSpec
+from gymflow.envs.mcp.config import McpServerConfig
+from gymflow.envs.mcp.content import Parser
+from gymflow.envs.mcp.ledger import Ledger
+from gymflow.envs.mcp.session import McpSession
+from gymflow.envs.mcp.workspace import WorkspaceSeed, seed_workspace
+from gymflow.workers.admission import Admission
 
 
 @dataclass
@@ -96,7 +96,7 @@ class ServerSetFactory:
     async def start(self) -> ServerSet:
         """Create a fresh workspace, seed it, and start every server in it (cwd = workspace).
 
-        Waits for one of the node's start slots first (`envs.admission`), so starts beyond the
+        Waits for one of the node's start slots first (`gymflow.workers.admission`), so starts beyond the
         node's capacity queue instead of sharing the cores until every handshake times out; the
         handshake timeout runs from admission.
 

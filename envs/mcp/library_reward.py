@@ -1,4 +1,4 @@
-"""The reward library (envs.rewards) in an env file: comparisons and checks named with parameters.
+"""The reward library (gymflow.envs.rewards) in an env file: comparisons and checks named with parameters.
 
 The library's functions take plain values, not the env's reward signature: a comparison is
 `fn(prediction, truth, **params)` (`exact_match`, `normalized_match`, `token_f1`,
@@ -15,7 +15,7 @@ assistant message and calls them:
         weight: 0.1                  # the score is multiplied by this (default 1)
         name: format                 # the reward component's name (default: the function's)
 
-`fn` / `check` is a function of envs.rewards by name, or any `module:function` / `file.py:function`.
+`fn` / `check` is a function of gymflow.envs.rewards by name, or any `module:function` / `file.py:function`.
 `extract` (default `answer` for `fn`, `text` for `check`):
 
 * `answer`: the last `<answer>...</answer>` (with `\\boxed{}` unwrapped); a message without
@@ -41,11 +41,11 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-import envs.rewards
-from envs.contract import Wire
-from envs.mcp.plugins import load_callable
-from envs.mcp.reward import signature_problem
-from envs.rewards.extract import extract_answer, extract_boxed, extract_tag
+from gymflow.envs import rewards as reward_library
+from gymflow.envs.contract import Wire
+from gymflow.envs.mcp.plugins import load_callable
+from gymflow.envs.mcp.reward import signature_problem
+from gymflow.envs.rewards.extract import extract_answer, extract_boxed, extract_tag
 
 EXTRACTORS = ("answer", "answer_tag", "boxed", "text")
 _TAG_RE = re.compile(r"tag:([A-Za-z_][\w.-]*)")
@@ -55,9 +55,9 @@ class LibraryRewardSpec(Wire):
     """One `reward:` entry that names a library function (see the module doc)."""
 
     fn: str | None = None
-    """A comparison `fn(prediction, ground_truth, **args)`: a name in envs.rewards or module:function."""
+    """A comparison `fn(prediction, ground_truth, **args)`: a name in gymflow.envs.rewards or module:function."""
     check: str | None = None
-    """A check `fn(text, **args)` of the final message: a name in envs.rewards or module:function."""
+    """A check `fn(text, **args)` of the final message: a name in gymflow.envs.rewards or module:function."""
     extract: str | None = None
     """answer | answer_tag | tag:NAME | boxed | text (default: answer for fn, text for check)."""
     args: dict[str, Any] = Field(default_factory=dict)
@@ -77,7 +77,7 @@ class LibraryRewardSpec(Wire):
 
 
 class LibraryReward:
-    """A library function wrapped in the env reward signature (`envs.mcp.reward`).
+    """A library function wrapped in the env reward signature (`gymflow.envs.mcp.reward`).
 
     Raises (at construction):
         ValueError: The function is unknown, or cannot take the call it will get; the message
@@ -145,12 +145,12 @@ def truth_text(ground_truth: Any) -> str | list[str] | None:
 def _resolve(target: str, *, base_dir: Path | None, field: str) -> Callable[..., Any]:
     if ":" in target:
         return load_callable(target, base_dir=base_dir, field=field)
-    library: Mapping[str, Any] = {name: getattr(envs.rewards, name) for name in envs.rewards.__all__}
+    library: Mapping[str, Any] = {name: getattr(reward_library, name) for name in reward_library.__all__}
     fn = library.get(target)
     if not callable(fn) or isinstance(fn, type):
         choices = ", ".join(sorted(n for n, f in library.items() if callable(f) and not isinstance(f, type)))
         raise ValueError(  # noqa: TRY004 - a config error
-            f"{field}: no function {target!r} in the reward library (envs.rewards); choose one of {choices}, "
+            f"{field}: no function {target!r} in the reward library (gymflow.envs.rewards); choose one of {choices}, "
             "or name any function as module:function or file.py:function"
         )
     return fn

@@ -10,9 +10,9 @@ import asyncio
 import uuid
 from collections.abc import Sequence
 
-from envs.contract import Message, Reward, Task, ToolCall, ToolResult
-from envs.mcp.env import McpEnv
-from envs.policy import Policy, converse
+from gymflow.envs.contract import Message, Reward, Task, ToolCall, ToolResult
+from gymflow.envs.mcp.env import McpEnv
+from gymflow.envs.policy import Policy, converse
 
 
 async def play(env: McpEnv, policy: Policy, task: Task, *, max_turns: int = 8) -> tuple[list[Message], Reward]:

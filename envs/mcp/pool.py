@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from envs.mcp.instance import ServerSet
+from gymflow.envs.mcp.instance import ServerSet
 
 log = logging.getLogger(__name__)
 

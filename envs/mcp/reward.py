@@ -29,8 +29,8 @@ from typing import Any
 
 from mcp import Client
 
-from envs.contract import Message, Reward, ToolResult, ToolSpec
-from envs.mcp.instance import ServerSet
+from gymflow.envs.contract import Message, Reward, ToolResult, ToolSpec
+from gymflow.envs.mcp.instance import ServerSet
 
 RewardValue = Reward | Mapping[str, float] | float
 RewardFn = Callable[..., RewardValue | Awaitable[RewardValue]]

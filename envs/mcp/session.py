@@ -25,11 +25,11 @@ import mcp_types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from envs.contract import InfraError, ToolError, ToolResult, ToolSpec
-from envs.mcp.config import McpServerConfig
-from envs.mcp.content import Parser, apply_parser, render_result
-from envs.mcp.http import HttpServerProcess
-from envs.mcp.transport import ProcessTransport, with_log_tail
+from gymflow.envs.contract import InfraError, ToolError, ToolResult, ToolSpec
+from gymflow.envs.mcp.config import McpServerConfig
+from gymflow.envs.mcp.content import Parser, apply_parser, render_result
+from gymflow.envs.mcp.http import HttpServerProcess
+from gymflow.envs.mcp.transport import ProcessTransport, with_log_tail
 
 _KILL_CONFIRM_S = 5.0
 """Longest a tool timeout waits for the killed server to be gone before answering."""

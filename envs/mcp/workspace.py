@@ -16,8 +16,8 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import Field, field_validator
 
-from envs.contract import InfraError, ToolError, Wire
-from envs.mcp.transport import server_env
+from gymflow.envs.contract import InfraError, ToolError, Wire
+from gymflow.envs.mcp.transport import server_env
 
 MAX_COPY_BYTES = 256 * 1024 * 1024
 """Largest single file copied into or out of a workspace."""

@@ -11,7 +11,7 @@ workflows all use the same code:
 * `group` — rank rewards, GRPO / Dr. GRPO advantages, near-duplicate diversity scaling.
 """
 
-from envs.rewards.extract import (
+from gymflow.envs.rewards.extract import (
     extract_answer,
     extract_boxed,
     extract_tag,
@@ -20,7 +20,7 @@ from envs.rewards.extract import (
     matches_pattern,
     tag_format_score,
 )
-from envs.rewards.group import (
+from gymflow.envs.rewards.group import (
     DiversityScaling,
     completion_text,
     diversity_scale,
@@ -29,10 +29,16 @@ from envs.rewards.group import (
     near_duplicate_clusters,
     rank_rewards,
 )
-from envs.rewards.judge import JudgeParseError, JudgeVerdict, parse_judge_reply, render_judge_prompt, verdict_reward
-from envs.rewards.numeric import math_equivalent, numeric_close, parse_number
-from envs.rewards.rubric import Criterion, Rubric, aggregate
-from envs.rewards.text import exact_match, normalize_answer, normalized_match, set_iou, split_items, token_f1
+from gymflow.envs.rewards.judge import (
+    JudgeParseError,
+    JudgeVerdict,
+    parse_judge_reply,
+    render_judge_prompt,
+    verdict_reward,
+)
+from gymflow.envs.rewards.numeric import math_equivalent, numeric_close, parse_number
+from gymflow.envs.rewards.rubric import Criterion, Rubric, aggregate
+from gymflow.envs.rewards.text import exact_match, normalize_answer, normalized_match, set_iou, split_items, token_f1
 
 __all__ = [
     "Criterion",

@@ -42,7 +42,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from envs.contract import Message
+from gymflow.envs.contract import Message
 
 _WORD_RE = re.compile(r"\w+")
 

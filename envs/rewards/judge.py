@@ -1,6 +1,6 @@
 """An LLM judge, the pure half: the prompt it reads and the reading of its reply.
 
-The I/O half is the ``judge`` activity (`activities.judge`); everything here is deterministic,
+The I/O half is the ``judge`` activity (`gymflow.activities.judge`); everything here is deterministic,
 so a reply recorded in history always parses the same way.
 
 Design decisions:
@@ -13,7 +13,7 @@ Design decisions:
 * The transcript is data, not instructions: it is fenced in tags, and the judge is told so.
 * The judge gives a reason before each score (it reasons, then commits) and replies with JSON.
   Parsing is forgiving in form and strict in content: JSON is found inside prose or code fences
-  and repaired (`envs.rewards.lenient_json`), several shapes are accepted (``{"scores": {name:
+  and repaired (`gymflow.envs.rewards.lenient_json`), several shapes are accepted (``{"scores": {name:
   {"score", "reason"}}}``, ``{name: score}``, a list of ``{"name", "score"}``), names match
   loosely (``"Factual accuracy"`` is ``factual_accuracy``) and yes/no/true/false/"4/5" read as
   scores. But every criterion needs a score: a missing one is an error naming it.
@@ -34,9 +34,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from envs.contract import Message, Reward, Wire
-from envs.rewards.lenient_json import LenientJSONError, json_candidates, loads_lenient
-from envs.rewards.rubric import Criterion, Rubric, aggregate, criterion_key
+from gymflow.envs.contract import Message, Reward, Wire
+from gymflow.envs.rewards.lenient_json import LenientJSONError, json_candidates, loads_lenient
+from gymflow.envs.rewards.rubric import Criterion, Rubric, aggregate, criterion_key
 
 MAX_REPLY_CHARS = 50_000
 """Longer replies are rejected: a judge that rambles this much has not followed the format."""
@@ -345,7 +345,7 @@ def parse_judge_reply(reply: str, rubric: Rubric, *, out_of_range: OutOfRange = 
 
 
 def verdict_reward(rubric: Rubric, verdict: JudgeVerdict) -> Reward:
-    """The Reward of a verdict: `envs.rewards.rubric.aggregate` of its scores and reasons."""
+    """The Reward of a verdict: `gymflow.envs.rewards.rubric.aggregate` of its scores and reasons."""
     reward = aggregate(rubric, verdict.scores, reasons=verdict.reasons)
     if verdict.clamped:
         reward.info["clamped"] = dict(verdict.clamped)

@@ -30,7 +30,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from envs.contract import Reward, Wire
+from gymflow.envs.contract import Reward, Wire
 
 _KEY_RE = re.compile(r"[^0-9a-z]+")
 

@@ -1,1 +1,1 @@
-"""Runtimes: where a rollout's tool servers and commands run (envs.runtime.base has the interface)."""
+"""Runtimes: where a rollout's tool servers and commands run (gymflow.envs.runtime.base has the interface)."""

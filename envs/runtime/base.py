@@ -10,8 +10,8 @@ host and resource `Limits`. A sandbox can
 * copy files in and out;
 * `release` itself, after which nothing of it is left on the node.
 
-Two runtimes exist: `process` (envs.runtime.process: a local process in the workspace, today's
-behaviour, no isolation beyond the workspace) and `container` (envs.runtime.container: one
+Two runtimes exist: `process` (gymflow.envs.runtime.process: a local process in the workspace, today's
+behaviour, no isolation beyond the workspace) and `container` (gymflow.envs.runtime.container: one
 container per rollout). A hosted sandbox (Daytona, Modal, E2B, Kubernetes) fits the same two
 classes: `start` creates a sandbox through its API, `exec` runs a command, `stdio_command` returns a
 local command that bridges stdio to the remote process.
@@ -37,7 +37,7 @@ from typing import Protocol
 
 from pydantic import Field
 
-from envs.contract import InfraError, Wire
+from gymflow.envs.contract import InfraError, Wire
 
 DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
 """Output kept of one command per stream unless the caller says otherwise."""

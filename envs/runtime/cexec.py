@@ -21,8 +21,15 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from envs.runtime.base import DEFAULT_MAX_OUTPUT_BYTES, CappedOutput, ExecResult, SandboxError, drain, feed_stdin
-from envs.runtime.engine import Engine, kill_session
+from gymflow.envs.runtime.base import (
+    DEFAULT_MAX_OUTPUT_BYTES,
+    CappedOutput,
+    ExecResult,
+    SandboxError,
+    drain,
+    feed_stdin,
+)
+from gymflow.envs.runtime.engine import Engine, kill_session
 
 MARK = b"\x1egymflow-pid:"
 PID_WRAPPER = 'printf \'\\036gymflow-pid:%s\\n\' "$$" >&2; exec "$@"'

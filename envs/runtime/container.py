@@ -3,7 +3,7 @@
 A rollout's container:
 
 * runs the task's image on a root of its own whose writes are capped at `storage_mb`
-  (envs.runtime.disk explains why a loop-mounted filesystem: no quota support on these nodes);
+  (gymflow.envs.runtime.disk explains why a loop-mounted filesystem: no quota support on these nodes);
 * has `--cpus`, `--memory` (= `--memory-swap`: no swap), `--pids-limit` and matching
   `--ulimit nproc`, `no-new-privileges`, and `--network none` unless `Limits.network` (then the
   engine's default network; a per-host allowlist is not implemented);
@@ -14,7 +14,7 @@ A rollout's container:
 * carries labels: the gymflow marker, the node, the rollout (cold starts), the runtime instance
   that made it and its state directory. A warm-pool container is made before its rollout is known
   and labels cannot change, so taking one writes the rollout id to `<state>/rollout`, which the
-  reaper reads (envs.runtime.reaper).
+  reaper reads (gymflow.envs.runtime.reaper).
 
 The warm pool keeps `pool_size` started containers per (image, limits, workdir, env, mount); a
 taken container is replaced in the background and never given to a second rollout: release
@@ -36,9 +36,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from envs.errors import UserError
-from envs.mcp.transport import server_env
-from envs.runtime.base import (
+from gymflow.envs.errors import UserError
+from gymflow.envs.mcp.transport import server_env
+from gymflow.envs.runtime.base import (
     DEFAULT_MAX_OUTPUT_BYTES,
     ExecResult,
     Limits,
@@ -48,16 +48,9 @@ from envs.runtime.base import (
     SandboxError,
     StdioCommand,
 )
-from envs.runtime.cexec import ContainerExec
-from envs.runtime.disk import RolloutDisk
-from envs.runtime.engine import (
-    LABEL_MARKER,
-    LABEL_NODE,
-    LABEL_OWNER,
-    LABEL_ROLLOUT,
-    LABEL_STATE,
-    Engine,
-)
+from gymflow.envs.runtime.cexec import ContainerExec
+from gymflow.envs.runtime.disk import RolloutDisk
+from gymflow.envs.runtime.engine import LABEL_MARKER, LABEL_NODE, LABEL_OWNER, LABEL_ROLLOUT, LABEL_STATE, Engine
 
 log = logging.getLogger(__name__)
 

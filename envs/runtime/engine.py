@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from envs.errors import UserError
-from envs.runtime.base import CappedOutput, SandboxError, drain, feed_stdin
+from gymflow.envs.errors import UserError
+from gymflow.envs.runtime.base import CappedOutput, SandboxError, drain, feed_stdin
 
 ENGINE_ENV = "GYMFLOW_CONTAINER_ENGINE"
 """Names the engine binary (a name on the PATH or a path)."""

@@ -29,8 +29,8 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from envs.runtime.base import SandboxError
-from envs.runtime.engine import LABEL_MARKER, Engine, EngineError
+from gymflow.envs.runtime.base import SandboxError
+from gymflow.envs.runtime.engine import LABEL_MARKER, Engine, EngineError
 
 BASE_IMAGES: dict[str, str] = {
     "docker.io/library/debian:bookworm-slim": "bookworm",

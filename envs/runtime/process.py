@@ -16,9 +16,9 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from envs.mcp.transport import server_env
-from envs.mcp.workspace import resolve_inside
-from envs.runtime.base import (
+from gymflow.envs.mcp.transport import server_env
+from gymflow.envs.mcp.workspace import resolve_inside
+from gymflow.envs.runtime.base import (
     DEFAULT_MAX_OUTPUT_BYTES,
     CappedOutput,
     ExecResult,

@@ -18,9 +18,9 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.runtime.container import ROLLOUT_FILE, START_TIMEOUT_S
-from envs.runtime.disk import RolloutDisk
-from envs.runtime.engine import LABEL_MARKER, LABEL_NODE, LABEL_OWNER, LABEL_ROLLOUT, LABEL_STATE, Engine
+from gymflow.envs.runtime.container import ROLLOUT_FILE, START_TIMEOUT_S
+from gymflow.envs.runtime.disk import RolloutDisk
+from gymflow.envs.runtime.engine import LABEL_MARKER, LABEL_NODE, LABEL_OWNER, LABEL_ROLLOUT, LABEL_STATE, Engine
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The terminal toolset: `bash`, `read_file`, `write_file`, `list_dir` acting inside one rollout's sandbox.
 
 Run it over stdio bound to a container with
-``python -m envs.runtime.terminal --container NAME [--engine podman] [--workdir /app]``;
+``python -m gymflow.envs.runtime.terminal --container NAME [--engine podman] [--workdir /app]``;
 tests use `build_server(sandbox)` in memory (``mcp.Client(server)``).
 
 Design decisions:
@@ -29,7 +29,7 @@ from typing import Protocol
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from envs.runtime.base import ExecResult
+from gymflow.envs.runtime.base import ExecResult
 
 MAX_OUTPUT_BYTES = 16 * 1024
 """Output of one stream of one call kept for the model (start and end)."""
@@ -145,8 +145,8 @@ def _report(result: ExecResult, timeout_s: float, memory_mb: int | None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Serve the terminal tools over stdio for one container."""
-    from envs.runtime.cexec import ContainerExec
-    from envs.runtime.engine import Engine
+    from gymflow.envs.runtime.cexec import ContainerExec
+    from gymflow.envs.runtime.engine import Engine
 
     parser = argparse.ArgumentParser(description="gymflow's terminal MCP server, bound to one container")
     parser.add_argument("--container", required=True, help="the container's name or id")
@@ -160,8 +160,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def server_args(container: str, *, workdir: str | None, memory_mb: int | None, cgroup: str = "") -> list[str]:
-    """The `python -m envs.runtime.terminal ...` arguments (after the interpreter) for one container."""
-    args = ["-m", "envs.runtime.terminal", "--container", container]
+    """The `python -m gymflow.envs.runtime.terminal ...` arguments (after the interpreter) for one container."""
+    args = ["-m", "gymflow.envs.runtime.terminal", "--container", container]
     if workdir:
         args += ["--workdir", workdir]
     if memory_mb:

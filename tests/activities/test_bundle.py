@@ -12,12 +12,12 @@ import boto3
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.bundle import build_bundle, pinned_requirements, read_splits, sha256
-from activities.storage import LoadTasksInput, StorageActivities
-from envs.contract import DatasetError, Task
-from envs.datagen.format import to_jsonl
-from envs.math.data import generate_tasks
-from workflows.training_schema import DatasetConfig
+from gymflow.activities.bundle import build_bundle, pinned_requirements, read_splits, sha256
+from gymflow.activities.storage import LoadTasksInput, StorageActivities
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.contract import DatasetError, Task
+from gymflow.envs.datagen.format import to_jsonl
+from gymflow.workflows.training_schema import DatasetConfig
 
 
 def test_the_env_bundle_is_reproducible_and_installable_as_an_sdist() -> None:
@@ -29,12 +29,12 @@ def test_the_env_bundle_is_reproducible_and_installable_as_an_sdist() -> None:
         assert root.startswith("gymflow_env_math-")
         files = {n.removeprefix(root + "/"): tar.extractfile(n).read() for n in names}  # type: ignore[union-attr]
         assert all(m.mtime == 0 and m.uid == 0 for m in tar.getmembers())
-    assert {"pyproject.toml", "PKG-INFO", "requirements.txt", "MANIFEST.json", "envs/math/env.py"} <= set(files)
+    assert {"pyproject.toml", "PKG-INFO", "requirements.txt", "MANIFEST.json", "envs/builtin/math/env.py"} <= set(files)
     requirements = files["requirements.txt"].decode().splitlines()
     assert requirements == first.requirements and all("==" in r for r in requirements)
     assert any(r.startswith("pydantic==") for r in requirements)
     manifest = json.loads(files["MANIFEST.json"])
-    assert manifest["files"]["envs/math/env.py"] == sha256(files["envs/math/env.py"])
+    assert manifest["files"]["envs/builtin/math/env.py"] == sha256(files["envs/builtin/math/env.py"])
     assert not any(n.endswith((".pkl", ".pickle", ".pyc")) for n in files)
 
 

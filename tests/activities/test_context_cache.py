@@ -1,4 +1,4 @@
-"""The node's cache of fused rollouts' conversations (activities.context_cache): a token names one
+"""The node's cache of fused rollouts' conversations (gymflow.activities.context_cache): a token names one
 turn's conversation, a retried turn still finds the start it was given, and the bound holds."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import pytest
 from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 
-from activities import errors
-from activities.context_cache import MESSAGE_OVERHEAD_CHARS, ContextCache, Held
-from activities.env import EnvActivities
-from activities.model import ModelConfig
-from activities.turn import CachedContext, PlayTurnInput, TurnActivities, TurnDelta
-from envs.contract import Message, Task, ToolAttachment, ToolCall, ToolSpec, json_bytes
+from gymflow.activities import errors
+from gymflow.activities.context_cache import MESSAGE_OVERHEAD_CHARS, ContextCache, Held
+from gymflow.activities.env import EnvActivities
+from gymflow.activities.model import ModelConfig
+from gymflow.activities.turn import CachedContext, PlayTurnInput, TurnActivities, TurnDelta
+from gymflow.envs.contract import Message, Task, ToolAttachment, ToolCall, ToolSpec, json_bytes
 
 TOOLS = [ToolSpec(name="step", description="d", input_schema={"type": "object"})]
 

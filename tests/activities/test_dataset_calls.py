@@ -8,9 +8,9 @@ from pathlib import Path
 from dataset_support import ScriptedModel, ScriptedServer
 from temporalio.testing import ActivityEnvironment
 
-from activities.dataset import DatasetActivities
-from activities.dataset_models import BatchInput, DatasetSource, GenerationOptions, ScanInput
-from activities.model import ModelConfig
+from gymflow.activities.dataset import DatasetActivities
+from gymflow.activities.dataset_models import BatchInput, DatasetSource, GenerationOptions, ScanInput
+from gymflow.activities.model import ModelConfig
 
 SAMPLE = Path(__file__).parents[2] / "envs" / "search" / "sample_corpus"
 

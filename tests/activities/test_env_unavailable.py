@@ -16,13 +16,13 @@ from typing import Any, ClassVar
 import pytest
 from temporalio.client import Client
 
-from envs.contract import BaseEnv, Message, Reward, Task, TerminationReason, ToolSpec, Unavailable
-from envs.policy import NullPolicy
-from envs.registry import register
+from gymflow.envs.contract import BaseEnv, Message, Reward, Task, TerminationReason, ToolSpec, Unavailable
+from gymflow.envs.policy import NullPolicy
+from gymflow.envs.registry import register
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.names import ROLLOUT_WORKFLOW
+from gymflow.workflows.schema import RolloutResult
 from support import play, temporal_cli
-from workers.worker import RunningWorker
-from workflows.names import ROLLOUT_WORKFLOW
-from workflows.schema import RolloutResult
 
 FIX = "apt-get install frobnicator"
 
@@ -59,7 +59,7 @@ TASK = Task(id="frob-1", prompt="frob it")
 
 
 def test_the_cli_refuses_it_naming_the_fix(capsys: pytest.CaptureFixture[str]) -> None:
-    from workers.cli import main
+    from gymflow.workers.cli.main import main
 
     expected = f"gymflow: {FrobEnv.name} cannot work on this node: the frobnicator binary is not installed. Fix: {FIX}"
     for argv in (["eval", FrobEnv.name, "--n", "2"], ["rollout", FrobEnv.name], ["demo", FrobEnv.name]):

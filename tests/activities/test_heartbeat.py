@@ -1,4 +1,4 @@
-"""activities.heartbeat: heartbeats beside an awaited call, in the activity's own task."""
+"""gymflow.activities.heartbeat: heartbeats beside an awaited call, in the activity's own task."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from temporalio import activity
 from temporalio.testing import ActivityEnvironment
 
-from activities.heartbeat import heartbeating, third_of_timeout
+from gymflow.activities.heartbeat import heartbeating, third_of_timeout
 
 
 def _environment(heartbeat_timeout: timedelta | None) -> ActivityEnvironment:

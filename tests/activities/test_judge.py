@@ -1,4 +1,4 @@
-"""activities.judge: the judge activity over real HTTP, its error mapping, and retries on a real server."""
+"""gymflow.activities.judge: the judge activity over real HTTP, its error mapping, and retries on a real server."""
 
 from __future__ import annotations
 
@@ -23,14 +23,14 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
-    from activities.errors import CONTEXT_LENGTH, JUDGE_ERROR, JUDGE_REJECTED, JUDGE_REPLY_INVALID
-    from activities.judge import JudgeActivities, JudgeInput, JudgeResult
-    from activities.model import ModelConfig
-    from envs.contract import Message, Wire
-    from envs.rewards.rubric import Criterion, Rubric
-    from workers.judge_worker import judge_worker
-    from workers.policy_server import AppServer
-    from workers.worker import WORKFLOW_RUNNER
+    from gymflow.activities.errors import CONTEXT_LENGTH, JUDGE_ERROR, JUDGE_REJECTED, JUDGE_REPLY_INVALID
+    from gymflow.activities.judge import JudgeActivities, JudgeInput, JudgeResult
+    from gymflow.activities.model import ModelConfig
+    from gymflow.envs.contract import Message, Wire
+    from gymflow.envs.rewards.rubric import Criterion, Rubric
+    from gymflow.workers.judge_worker import judge_worker
+    from gymflow.workers.servers.policy import AppServer
+    from gymflow.workers.worker import WORKFLOW_RUNNER
 
 API_KEY = "sk-judge-5ecret-do-not-leak"
 RUBRIC = Rubric(

@@ -1,4 +1,4 @@
-"""activities.model: the generate activity over real HTTP, its request body and its error mapping."""
+"""gymflow.activities.model: the generate activity over real HTTP, its request body and its error mapping."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from starlette.routing import Route
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.errors import CONTEXT_LENGTH, MODEL_ERROR, MODEL_REJECTED
-from activities.model import GenerateInput, GenerateResult, ModelActivities, ModelConfig, _retry_after
-from envs.contract import Message, ToolCall, ToolSpec
-from envs.policy import Policy
-from workers.policy_server import AppServer, PolicyServer
+from gymflow.activities.errors import CONTEXT_LENGTH, MODEL_ERROR, MODEL_REJECTED
+from gymflow.activities.model import GenerateInput, GenerateResult, ModelActivities, ModelConfig, _retry_after
+from gymflow.envs.contract import Message, ToolCall, ToolSpec
+from gymflow.envs.policy import Policy
+from gymflow.workers.servers.policy import AppServer, PolicyServer
 
 API_KEY = "sk-test-5ecret-do-not-leak"
 ADD = ToolSpec(name="add", description="Add.", input_schema={"type": "object", "properties": {"a": {}, "b": {}}})

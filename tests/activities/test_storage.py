@@ -9,7 +9,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.storage import (
+from gymflow.activities.storage import (
     LoadTasksInput,
     LocalStore,
     StorageActivities,
@@ -20,7 +20,7 @@ from activities.storage import (
     to_jsonl,
     trajectories_from_jsonl,
 )
-from envs.contract import Message, Reward, TerminationReason, Trajectory
+from gymflow.envs.contract import Message, Reward, TerminationReason, Trajectory
 
 
 def trajectory(i: int) -> Trajectory:

@@ -13,16 +13,16 @@ from starlette.types import Message as AsgiMessage
 from starlette.types import Receive, Scope, Send
 from temporalio.client import Client
 
-from activities.model import ModelConfig
-from envs import chat
-from envs.chat_images import render_messages_with_images
-from envs.contract import Message, Task, TerminationReason, ToolAttachment
-from envs.policy import Policy
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.contract import Message, Task, TerminationReason, ToolAttachment
+from gymflow.envs.policy import Policy
+from gymflow.envs.wire import chat
+from gymflow.envs.wire.images import render_messages_with_images
+from gymflow.workers.sdk.client import run_rollout
+from gymflow.workers.servers.policy import AppServer, build_app
+from gymflow.workers.worker import running_worker
+from gymflow.workflows.schema import RolloutInput
 from support import ScriptedPolicy, call, make_settings
-from workers.client import run_rollout
-from workers.policy_server import AppServer, build_app
-from workers.worker import running_worker
-from workflows.schema import RolloutInput
 
 SIZE = 12 * 1024
 """Bytes of the tool's PNG: "12 KB" in the placeholder, kept inline (under the 256 KiB cap)."""

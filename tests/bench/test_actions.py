@@ -8,8 +8,8 @@ from temporalio.client import Client
 
 from bench.actions import PLANS, count_plans, plan_input, rollout_input
 from bench.workload import BenchPolicy
-from workers.policy_server import AppServer, build_app
-from workers.worker import RunningWorker
+from gymflow.workers.servers.policy import AppServer, build_app
+from gymflow.workers.worker import RunningWorker
 
 
 async def test_counts_of_the_three_plans(client: Client, worker: RunningWorker) -> None:

@@ -7,7 +7,7 @@ or twice, scores 0 and shows up.
 from pathlib import Path
 from typing import Any
 
-from envs.mcp.reward import RolloutTools
+from gymflow.envs.mcp.reward import RolloutTools
 
 
 async def counter_matches(

@@ -22,13 +22,13 @@ from dataset_support import ScriptedModel, ScriptedServer, by_share
 from mcp_support import node_ids, wait_polling
 from temporalio.client import Client, WorkflowHandle
 
-from activities.dataset_models import DatasetSource, GenerationOptions
-from activities.model import ModelConfig
-from envs.datagen import format as fmt
-from envs.search.sample import write_sample_corpus
-from workflows.dataset import DatasetGenerationWorkflow
-from workflows.names import node_queue
-from workflows.schema import DatasetInput, DatasetResult
+from gymflow.activities.dataset_models import DatasetSource, GenerationOptions
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.builtin.search.sample import write_sample_corpus
+from gymflow.envs.datagen import format as fmt
+from gymflow.workflows.dataset import DatasetGenerationWorkflow
+from gymflow.workflows.names import node_queue
+from gymflow.workflows.schema import DatasetInput, DatasetResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

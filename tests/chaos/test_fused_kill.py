@@ -1,6 +1,6 @@
 """kill -9 a worker process twice during a batch of fused-turn rollouts (math) on two worker processes.
 
-A fused turn (activities.turn) runs the model call and the tool calls in one activity on the
+A fused turn (gymflow.activities.turn) runs the model call and the tool calls in one activity on the
 rollout's node; a killed node takes the turn and the rollout's calculator server with it. Every
 rollout must still complete, scored once and right: the turn in flight is noticed by its heartbeat,
 a turn scheduled on the dead node's queue finds its state gone, and both re-initialise the rollout
@@ -21,15 +21,15 @@ from chaos_support import fleet, fleet_spec
 from mcp_support import node_ids, wait_polling
 from temporalio.client import Client
 
-from activities.model import ModelConfig
-from activities.storage import read_trajectories
 from bench.workload import LatencyMiddleware, endpoint
-from envs.math.data import generate_tasks
-from envs.math.policy import CalculatorPolicy
-from workers.policy_server import AppServer, build_app
-from workflows.group import BatchRolloutWorkflow
-from workflows.names import node_queue
-from workflows.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
+from gymflow.activities.model import ModelConfig
+from gymflow.activities.storage import read_trajectories
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.builtin.math.policy import CalculatorPolicy
+from gymflow.workers.servers.policy import AppServer, build_app
+from gymflow.workflows.group import BatchRolloutWorkflow
+from gymflow.workflows.names import node_queue
+from gymflow.workflows.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

@@ -13,15 +13,15 @@ import figures
 import pytest
 from temporalio.client import Client
 
-from activities.model import ModelConfig
-from envs.contract import Message, Task, ToolCall, ToolSpec
-from envs.mcp.env import McpEnv
-from envs.policy import Policy
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.contract import Message, Task, ToolCall, ToolSpec
+from gymflow.envs.mcp.env import McpEnv
+from gymflow.envs.policy import Policy
+from gymflow.workers.sdk.client import start_rollout
+from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workers.worker import RunningWorker, running_worker
+from gymflow.workflows.schema import RolloutInput
 from support import make_settings
-from workers.client import start_rollout
-from workers.policy_server import PolicyServer
-from workers.worker import RunningWorker, running_worker
-from workflows.schema import RolloutInput
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -22,15 +22,15 @@ import pytest
 from chaos_support import CountingPolicy, counting_tasks
 from temporalio.client import Client
 
-from activities.model import ModelConfig
-from envs.contract import TerminationReason
-from envs.math.data import generate_tasks
-from envs.mcp.env import McpEnv
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.contract import TerminationReason
+from gymflow.envs.mcp.env import McpEnv
+from gymflow.workers.sdk.client import run_rollouts
+from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workers.worker import running_worker
+from gymflow.workflows.schema import RetrySettings, RolloutInput, RolloutLimits, RolloutResult
 from support import make_settings
-from workers.client import run_rollouts
-from workers.policy_server import PolicyServer
-from workers.worker import running_worker
-from workflows.schema import RetrySettings, RolloutInput, RolloutLimits, RolloutResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

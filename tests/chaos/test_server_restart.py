@@ -28,15 +28,15 @@ from mcp_support import node_ids, wait_polling
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from activities.model import ModelConfig
-from activities.storage import read_trajectories
-from envs.mcp.http import free_port
-from workers import server as embedded
-from workers.client import connect
-from workers.policy_server import PolicyServer
-from workflows.group import BatchRolloutWorkflow
-from workflows.names import node_queue
-from workflows.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
+from gymflow.activities.model import ModelConfig
+from gymflow.activities.storage import read_trajectories
+from gymflow.envs.mcp.http import free_port
+from gymflow.workers.sdk.client import connect
+from gymflow.workers.servers import temporal as embedded
+from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workflows.group import BatchRolloutWorkflow
+from gymflow.workflows.names import node_queue
+from gymflow.workflows.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

@@ -18,11 +18,11 @@ from chaos_support import call_ledger, counting_env_file, executions, fleet, fle
 from mcp_support import node_ids, wait_polling
 from temporalio.client import Client
 
-from envs.contract import Message, Task, ToolCall
-from workers.sessions import start_session
-from workflows.names import node_queue
-from workflows.schema import RetrySettings, RolloutLimits
-from workflows.session_schema import SessionInput
+from gymflow.envs.contract import Message, Task, ToolCall
+from gymflow.workers.sdk.sessions import start_session
+from gymflow.workflows.names import node_queue
+from gymflow.workflows.schema import RetrySettings, RolloutLimits
+from gymflow.workflows.session_schema import SessionInput
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

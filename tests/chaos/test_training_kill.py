@@ -21,10 +21,10 @@ from chaos_support import fleet, fleet_spec
 from mcp_support import ROOT, node_ids, wait_polling
 from temporalio.client import Client, WorkflowHandle
 
-from workflows import names
-from workflows.names import node_queue
-from workflows.training import TrainingRunWorkflow
-from workflows.training_schema import RunConfig, TrainingRunInput
+from gymflow.workflows import names
+from gymflow.workflows.names import node_queue
+from gymflow.workflows.training import TrainingRunWorkflow
+from gymflow.workflows.training_schema import RunConfig, TrainingRunInput
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -65,7 +65,11 @@ async def test_kill_9_the_watching_worker_nothing_launched_twice(
         "run_id": run_id, "env": "math", "baseline": {"policy": "softmax"},
         "dataset": {"uri": "generated", "train": {"n": 64, "seed": 0, "difficulty": [1, 2]},
                     "eval": {"n": 20, "seed": 1000, "difficulty": [1, 2]}},
-        "trainer": {"backend": "local", "command": ["python", "-m", "workers.reference_trainer"], "workdir": str(ROOT)},
+        "trainer": {
+            "backend": "local",
+            "command": ["python", "-m", "gymflow.workers.trainers.reference"],
+            "workdir": str(ROOT),
+        },
         "algorithm": {"steps": 6, "group_size": 4, "tasks_per_step": 4, "lr": 15, "checkpoint_every": 2},
         "eval": {"tasks": 20, "reps": 500}, "limits": {"max_turns": 8},
         "retry": {"node_timeout_s": 5, "max_recoveries": 5},

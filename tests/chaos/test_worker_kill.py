@@ -32,12 +32,12 @@ from chaos_support import (
 from mcp_support import node_ids, wait_polling
 from temporalio.client import Client, WorkflowHandle
 
-from activities.model import ModelConfig
-from activities.storage import read_trajectories
-from workers.policy_server import PolicyServer
-from workflows.group import BatchRolloutWorkflow
-from workflows.names import node_queue
-from workflows.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
+from gymflow.activities.model import ModelConfig
+from gymflow.activities.storage import read_trajectories
+from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workflows.group import BatchRolloutWorkflow
+from gymflow.workflows.names import node_queue
+from gymflow.workflows.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

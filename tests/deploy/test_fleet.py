@@ -12,19 +12,19 @@ import pytest
 from mcp_support import ROOT, node_ids, node_queues_of, wait_polling
 from temporalio.client import Client
 
-from activities.model import ModelConfig
-from deploy import launcher
-from envs.math.data import generate_tasks
-from workers.client import start_rollout
-from workflows.names import node_queue
-from workflows.schema import RetrySettings, RolloutInput
+from gymflow.activities.model import ModelConfig
+from gymflow.deploy import launcher
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.workers.sdk.client import start_rollout
+from gymflow.workflows.names import node_queue
+from gymflow.workflows.schema import RetrySettings, RolloutInput
 
 pytestmark = pytest.mark.slow
 
 
 async def gymflow(*args: str, env: dict[str, str]) -> None:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "workers.cli", *args, cwd=ROOT, env={**os.environ, **env},
+        sys.executable, "-m", "gymflow.workers.cli", *args, cwd=ROOT, env={**os.environ, **env},
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     _, stderr = await process.communicate()

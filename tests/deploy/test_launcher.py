@@ -16,9 +16,9 @@ import yaml
 from mcp_support import ROOT, node_ids, wait_polling
 from temporalio.client import Client
 
-from deploy import launcher
-from workers.cli import main
-from workflows.names import node_queue
+from gymflow.deploy import launcher
+from gymflow.workers.cli.main import main
+from gymflow.workflows.names import node_queue
 
 
 def test_dryrun_prints_the_task_without_skypilot(

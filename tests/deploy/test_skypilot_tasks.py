@@ -17,9 +17,9 @@ import pytest
 import yaml
 from mcp_support import ROOT
 
-from deploy import launcher
-from deploy import training as backends
-from workers.cli import main
+from gymflow.deploy import launcher
+from gymflow.deploy import training as backends
+from gymflow.workers.cli.main import main
 
 DEPLOY = ROOT / "deploy"
 TASKS = sorted(DEPLOY.glob("*.yaml"))
@@ -85,7 +85,7 @@ def test_train_dryrun_prints_the_trainer_task_without_skypilot(
         task["envs"]["GYMFLOW_RUN_ID"] == "r-7" and task["envs"]["GYMFLOW_TEMPORAL_ADDRESS"] == "temporal.internal:7233"
     )
     assert task["resources"]["accelerators"] == "L4:1" and task["secrets"] == {"HF_TOKEN": "<redacted>"}
-    assert "workers.skyrl_trainer train" in task["run"]
+    assert "gymflow.workers.trainers.skyrl train" in task["run"]
 
 
 def test_train_launch_without_skypilot_says_how_to_install(

@@ -1,4 +1,4 @@
-"""Node-level admission control (envs.admission) and how the env activities use it."""
+"""Node-level admission control (gymflow.workers.admission) and how the env activities use it."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import Any
 from mcp_support import wait_until
 from temporalio.testing import ActivityEnvironment
 
-from activities.env import CallToolInput, EnvActivities
-from envs.admission import Admission, Capacity
-from envs.contract import BaseEnv, Message, ToolCall, ToolResult, ToolSpec
-from envs.registry import register
+from gymflow.activities.env import CallToolInput, EnvActivities
+from gymflow.envs.contract import BaseEnv, Message, ToolCall, ToolResult, ToolSpec
+from gymflow.envs.registry import register
+from gymflow.workers.admission import Admission, Capacity
 
 
 def test_capacity_follows_cores_and_memory() -> None:
@@ -135,7 +135,7 @@ async def test_envs_that_are_not_cpu_bound_are_never_queued(tmp_path: Path) -> N
 
 POOL_ORPHAN = """
 import asyncio, os
-from envs.admission import Admission, Capacity
+from gymflow.workers.admission import Admission, Capacity
 
 async def main():
     admission = Admission(Capacity(starts=1, runs=1, rewards=1, cpu_workers=1, window=4))

@@ -1,4 +1,4 @@
-"""envs.chat: both directions of the wire, both tool formats, and malformed tool calls."""
+"""gymflow.envs.wire.chat: both directions of the wire, both tool formats, and malformed tool calls."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envs import chat
-from envs.contract import Message, ToolCall, ToolSpec
+from gymflow.envs.contract import Message, ToolCall, ToolSpec
+from gymflow.envs.wire import chat
 
 ADD = ToolSpec(
     name="add",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from temporalio.client import Client
 
-from activities.model import ModelConfig
-from envs.registry import env_class
-from workers.client import run_rollout
-from workers.worker import RunningWorker
-from workflows.schema import RolloutInput
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.registry import env_class
+from gymflow.workers.sdk.client import run_rollout
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.schema import RolloutInput
 
 EXAMPLE = "envs/examples/calculator.yaml"  # relative: the worker resolves it from its cwd, like the CLI
 

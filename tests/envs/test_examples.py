@@ -6,14 +6,14 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from activities.model import ModelConfig
-from envs.contract import Message
-from envs.examples.units import UnitsEnv
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.contract import Message
+from gymflow.envs.examples.units import UnitsEnv
+from gymflow.workers.sdk.client import run_rollout
+from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.schema import RolloutInput
 from support import ScriptedPolicy, call
-from workers.client import run_rollout
-from workers.policy_server import PolicyServer
-from workers.worker import RunningWorker
-from workflows.schema import RolloutInput
 
 ROOT = Path(__file__).parents[2]
 

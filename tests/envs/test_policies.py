@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from envs.contract import Message, Reward
-from envs.errors import UserError
-from envs.mcp.env import McpEnv
-from envs.policy import NoBaselinePolicy, NullPolicy, Policy, UnknownPolicy, policy_aliases, policy_names
-from envs.registry import BUILTIN, EnvFileError, env_class
+from gymflow.envs.contract import Message, Reward
+from gymflow.envs.errors import UserError
+from gymflow.envs.mcp.env import McpEnv
+from gymflow.envs.policy import NoBaselinePolicy, NullPolicy, Policy, UnknownPolicy, policy_aliases, policy_names
+from gymflow.envs.registry import BUILTIN, EnvFileError, env_class
 
 KNOWN_GOOD = {  # the class each built-in env's `reference` (and default) must be
     "math": "CalculatorPolicy",
@@ -86,9 +86,11 @@ def test_an_env_without_policies_says_to_pass_a_model_or_name_one() -> None:
 def test_a_class_names_its_policy_by_target_or_by_class() -> None:
     by_class = type("ByClass", (Bare,), {"name": "by-class", "policies": {"echo": Echo}})
     assert isinstance(by_class.baseline_policy(), Echo) and policy_names(by_class) == ["echo", "null"]
-    by_target = type("ByTarget", (Bare,), {"policies": {"reference": "envs.examples.units_policy:ConvertPolicy"}})
+    by_target = type(
+        "ByTarget", (Bare,), {"policies": {"reference": "gymflow.envs.examples.units_policy:ConvertPolicy"}}
+    )
     assert by_target.baseline_policy().name == "convert"
-    not_a_policy = type("NotAPolicy", (Bare,), {"policies": {"reference": "envs.contract:Task"}})
+    not_a_policy = type("NotAPolicy", (Bare,), {"policies": {"reference": "gymflow.envs.contract:Task"}})
     with pytest.raises(ValueError, match=r"envs\.contract:Task is not an envs\.policy\.Policy subclass"):
         not_a_policy.baseline_policy()
     makes_an_int = type("MakesAnInt", (Bare,), {"policies": {"reference": lambda: 42}})
@@ -97,8 +99,8 @@ def test_a_class_names_its_policy_by_target_or_by_class() -> None:
 
 
 POLICY_FILE = """
-from envs.contract import Message
-from envs.policy import Policy
+from gymflow.envs.contract import Message
+from gymflow.envs.policy import Policy
 
 class Spell(Policy):
     name = "spell"
@@ -120,7 +122,7 @@ def env_file(tmp_path: Path, policies: str) -> Path:
 
 
 def test_an_env_file_names_policies_relative_to_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = env_file(tmp_path, "{reference: policies/spell.py:Spell, quiet: 'envs.policy:NullPolicy'}")
+    path = env_file(tmp_path, "{reference: policies/spell.py:Spell, quiet: 'gymflow.envs.policy:NullPolicy'}")
     monkeypatch.chdir(tmp_path.parent)  # the spec is relative to the env file, not to here
     cls = env_class(str(path))
     assert cls.baseline_policy().name == "spell" and cls.baseline_policy("quiet").name == "null"
@@ -134,7 +136,7 @@ def test_an_env_file_names_policies_relative_to_itself(tmp_path: Path, monkeypat
         ("{reference: policies/spell.py:Nope}", "policies.reference: "),
         (
             "{reference: policies/spell.py:NotOne}",
-            "policies.reference: policies/spell.py:NotOne is not an envs.policy.Policy",
+            "policies.reference: policies/spell.py:NotOne is not a gymflow.envs.policy.Policy",
         ),
         ("{'null': policies/spell.py:Spell}", "policies: Value error, 'null' is built in"),
         ("{default: policies/spell.py:Spell}", "'default' is built in"),

@@ -1,4 +1,4 @@
-"""envs.stats against hand-checked cases, brute-force definitions, scipy and rliable.
+"""gymflow.envs.eval.stats against hand-checked cases, brute-force definitions, scipy and rliable.
 
 rliable (Agarwal et al. 2021) is the reference for IQM, its stratified bootstrap CIs and the
 probability of improvement. It is a dev dependency; if it cannot be imported the module warns
@@ -26,8 +26,8 @@ import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envs import stats
-from envs.stats import Bootstrap, StatsError
+from gymflow.envs.eval import stats
+from gymflow.envs.eval.stats import Bootstrap, StatsError
 
 
 class _Reference:

@@ -1,4 +1,4 @@
-"""envs.tokens: compact encoding, the concatenated sequence and its loss mask, endpoint shapes."""
+"""gymflow.envs.wire.tokens: compact encoding, the concatenated sequence and its loss mask, endpoint shapes."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from envs.contract import Message, TerminationReason, Trajectory
-from envs.tokens import (
+from gymflow.envs.contract import Message, TerminationReason, Trajectory
+from gymflow.envs.wire.tokens import (
     TokenDataError,
     TokenMismatch,
     TurnTokens,

@@ -16,10 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from envs.contract import DatasetError, Task
-from envs.math.data import load_jsonl
-from envs.math.env import MathEnv
-from envs.sheets import data as sheets_data
+from gymflow.envs.builtin.math.data import load_jsonl
+from gymflow.envs.builtin.math.env import MathEnv
+from gymflow.envs.builtin.sheets import data as sheets_data
+from gymflow.envs.contract import DatasetError, Task
 
 MATH_ROW = {"id": "q1", "question": "What is 2 + 3?", "answer": 5, "metadata": {"difficulty": 1}}
 TASK_ROW = {"id": "t1", "prompt": "2+3?", "ground_truth": "5", "init_args": {}, "metadata": {}}

@@ -25,13 +25,13 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.errors import CONTEXT_LENGTH, MODEL_ERROR, MODEL_REJECTED
-from activities.model import GenerateInput, ModelActivities, ModelConfig
-from envs.contract import Message, Task, TerminationReason, ToolSpec
-from workers.client import start_rollout
-from workers.policy_server import AppServer
-from workers.worker import RunningWorker
-from workflows.schema import RetrySettings, RolloutInput, RolloutLimits
+from gymflow.activities.errors import CONTEXT_LENGTH, MODEL_ERROR, MODEL_REJECTED
+from gymflow.activities.model import GenerateInput, ModelActivities, ModelConfig
+from gymflow.envs.contract import Message, Task, TerminationReason, ToolSpec
+from gymflow.workers.sdk.client import start_rollout
+from gymflow.workers.servers.policy import AppServer
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.schema import RetrySettings, RolloutInput, RolloutLimits
 
 TOOLS = [
     ToolSpec(name="add", input_schema={"type": "object", "properties": {"a": {}, "b": {}}}),

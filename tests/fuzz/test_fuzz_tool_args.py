@@ -18,10 +18,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from temporalio.testing import ActivityEnvironment
 
-from activities.env import CallToolInput, EnvActivities, InitRolloutInput, RolloutHandle
-from envs.contract import Message, Reward, Task, ToolCall
-from envs.mcp.env import McpEnv
-from envs.registry import register
+from gymflow.activities.env import CallToolInput, EnvActivities, InitRolloutInput, RolloutHandle
+from gymflow.envs.contract import Message, Reward, Task, ToolCall
+from gymflow.envs.mcp.env import McpEnv
+from gymflow.envs.registry import register
 from support import COUNTER_SERVER
 
 PARAMS = {
@@ -47,7 +47,11 @@ LEFT_OUT = {"sleep", "blob", "image", "write_note"}
 class FuzzToolsEnv(McpEnv):
     name = "fuzz-tools"
     mcp_servers = {
-        "calculator": {"command": "python", "args": ["-m", "envs.math.servers.calculator"], "tool_timeout_s": 10},
+        "calculator": {
+            "command": "python",
+            "args": ["-m", "gymflow.envs.builtin.math.servers.calculator"],
+            "tool_timeout_s": 10,
+        },
         "counter": {"command": "python", "args": [str(COUNTER_SERVER)], "tool_timeout_s": 10},
     }
 

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from envs.math.policy import CalculatorPolicy
-from envs.mcp.http import free_port
+from gymflow.envs.builtin.math.policy import CalculatorPolicy
+from gymflow.envs.mcp.http import free_port
+from gymflow.workers.servers.policy import AppServer
 from support import SlowModel
-from workers.policy_server import AppServer
 
 ROOT = Path(__file__).parents[2]
 GYMFLOW = Path(sys.executable).parent / "gymflow"

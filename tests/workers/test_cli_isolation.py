@@ -20,9 +20,9 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from envs.math.policy import CalculatorPolicy
+from gymflow.envs.builtin.math.policy import CalculatorPolicy
+from gymflow.workers.servers.policy import AppServer
 from support import SlowModel
-from workers.policy_server import AppServer
 
 ROOT = Path(__file__).parents[2]
 SERVED_EVENTS = ("workflow_task_started_event_attributes", "activity_task_started_event_attributes")
@@ -31,7 +31,7 @@ SERVED_EVENTS = ("workflow_task_started_event_attributes", "activity_task_starte
 
 async def start(args: list[str], *, cwd: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "workers.cli", *args, cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        sys.executable, "-m", "gymflow.workers.cli", *args, cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT), **env},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
 

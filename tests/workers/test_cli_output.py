@@ -19,11 +19,11 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from envs.mcp.http import free_port
-from workers.codec import generate_key
-from workers.config import Settings
-from workers.policy_server import AppServer
-from workers.server import record
+from gymflow.envs.mcp.http import free_port
+from gymflow.workers.config import Settings
+from gymflow.workers.servers.codec import generate_key
+from gymflow.workers.servers.policy import AppServer
+from gymflow.workers.servers.temporal import record
 
 ROOT = Path(__file__).parents[2]
 
@@ -39,7 +39,7 @@ def _gymflow(
     *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "workers.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+        [sys.executable, "-m", "gymflow.workers.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, check=False,
     )  # fmt: skip
 
@@ -96,7 +96,7 @@ def test_server_ui_port_reaches_the_ui_and_the_codec_server(tmp_path: Path) -> N
             time.sleep(0.5)
         codec_port = free_port()
         codec = subprocess.Popen(
-            [sys.executable, "-m", "workers.cli", "codec-server", "--port", str(codec_port), *common],
+            [sys.executable, "-m", "gymflow.workers.cli", "codec-server", "--port", str(codec_port), *common],
             cwd=tmp_path, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONPATH": str(ROOT), "GYMFLOW_ENCRYPTION_KEY": generate_key()},
         )  # fmt: skip

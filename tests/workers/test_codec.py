@@ -23,12 +23,11 @@ from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
-from activities.model import ModelConfig
-from envs.math.data import generate_tasks
-from envs.mcp.http import free_port
-from support import make_settings
-from workers.client import connect, data_converter, run_rollout
-from workers.codec import (
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.mcp.http import free_port
+from gymflow.workers.sdk.client import connect, data_converter, run_rollout
+from gymflow.workers.servers.codec import (
     ENCODING,
     KEY_ID,
     SESSION_COOKIE,
@@ -39,9 +38,10 @@ from workers.codec import (
     generate_key,
     session_token,
 )
-from workers.server import temporal_binary
-from workers.worker import running_worker
-from workflows.schema import RolloutInput
+from gymflow.workers.servers.temporal import temporal_binary
+from gymflow.workers.worker import running_worker
+from gymflow.workflows.schema import RolloutInput
+from support import make_settings
 
 UI_ORIGIN = "http://localhost:8233"
 
@@ -81,7 +81,7 @@ def codec_server(key: str, auth: str) -> Iterator[str]:
     port = free_port()
     env = {**os.environ, "GYMFLOW_ENCRYPTION_KEY": key, "GYMFLOW_CODEC_AUTH": auth}
     process = subprocess.Popen(
-        [sys.executable, "-m", "workers.cli", "codec-server", "--port", str(port)],
+        [sys.executable, "-m", "gymflow.workers.cli", "codec-server", "--port", str(port)],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import json
 
-from activities.env import CallToolInput, RolloutHandle
-from activities.model import GenerateResult, ModelConfig
-from activities.turn import PlayTurnResult
-from envs.contract import Message, Task, TerminationReason, ToolCall, ToolResult, ToolSpec, Trajectory, Usage, Wire
-from workers.client import DATA_CONVERTER
-from workflows.schema import RolloutInput
+from gymflow.activities.env import CallToolInput, RolloutHandle
+from gymflow.activities.model import GenerateResult, ModelConfig
+from gymflow.activities.turn import PlayTurnResult
+from gymflow.envs.contract import (
+    Message,
+    Task,
+    TerminationReason,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Trajectory,
+    Usage,
+    Wire,
+)
+from gymflow.workers.sdk.client import DATA_CONVERTER
+from gymflow.workflows.schema import RolloutInput
 
 CONVERTER = DATA_CONVERTER.payload_converter
 

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from town_corpus import write_corpus
 
-from envs.datagen import format as fmt
+from gymflow.envs.datagen import format as fmt
 
 SAMPLE = Path(__file__).parents[2] / "envs" / "search" / "sample_corpus"
 
 
 def gymflow(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "workers.cli", *args]
+    command = [sys.executable, "-m", "gymflow.workers.cli", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False)
 
 

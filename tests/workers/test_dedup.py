@@ -21,7 +21,7 @@ from temporalio.worker import (
     Worker,
 )
 
-from workers.dedup import CompletedActivities, DedupInterceptor
+from gymflow.workers.dedup import CompletedActivities, DedupInterceptor
 
 RUNS: Counter[str] = Counter()
 

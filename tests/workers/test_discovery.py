@@ -15,16 +15,16 @@ from pathlib import Path
 
 import httpx
 
-from envs.catalog import describe_all
-from envs.mcp.http import free_port
-from envs.registry import BUILTIN, env_class
+from gymflow.envs.catalog import describe_all
+from gymflow.envs.mcp.http import free_port
+from gymflow.envs.registry import BUILTIN, env_class
 
 ROOT = Path(__file__).parents[2]
 
 
 def cli(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "workers.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+        [sys.executable, "-m", "gymflow.workers.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
         env=os.environ, check=False,
     )  # fmt: skip
 
@@ -62,11 +62,11 @@ def test_gymflow_envs_json_and_show() -> None:
     assert shown.returncode == 0, shown.stderr[-3000:]
     text = shown.stdout
     assert text.startswith("math: Arithmetic with a calculator")
-    assert "calculator  python -m envs.math.servers.calculator" in text
+    assert "calculator  python -m gymflow.envs.builtin.math.servers.calculator" in text
     assert "  add(a, b)  " in text and "  evaluate(expression)  " in text  # each tool with its arguments
     assert "  generated: 16 tasks" in text
-    assert "  calculator, reference  envs.math.policy:CalculatorPolicy  (default)" in text
-    assert "  null                   envs.policy:NullPolicy" in text
+    assert "  calculator, reference  gymflow.envs.builtin.math.policy:CalculatorPolicy  (default)" in text
+    assert "  null                   gymflow.envs.policy:NullPolicy" in text
     detail = json.loads(cli("envs", "show", "search", "--json").stdout)
     assert detail["tasks"] == 80 and [p["names"] for p in detail["policies"]] == [["retrieve", "reference"], ["null"]]
 
@@ -122,8 +122,8 @@ def test_eval_units_the_readmes_env_runs_from_the_cli(temporal_address: str, tmp
 
 POLICY = """
 import re
-from envs.contract import Message, ToolCall
-from envs.policy import Policy
+from gymflow.envs.contract import Message, ToolCall
+from gymflow.envs.policy import Policy
 
 class Count(Policy):
     name = "count"
@@ -144,12 +144,21 @@ def test_policy_serve_serves_an_env_files_scripted_policy(tmp_path: Path) -> Non
     (toy / "letters.yaml").write_text(
         textwrap.dedent("""
         mcpServers:
-          letters: {command: python, args: [-m, envs.math.servers.calculator]}
+          letters: {command: python, args: [-m, gymflow.envs.builtin.math.servers.calculator]}
         policies: {count: policy.py:Count}
         """)
     )
     port = free_port()
-    command = [sys.executable, "-m", "workers.cli", "policy", "serve", "mytoy/letters.yaml", "--port", str(port)]
+    command = [
+        sys.executable,
+        "-m",
+        "gymflow.workers.cli",
+        "policy",
+        "serve",
+        "mytoy/letters.yaml",
+        "--port",
+        str(port),
+    ]
     server = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -179,7 +188,7 @@ def test_policy_serve_serves_an_env_files_scripted_policy(tmp_path: Path) -> Non
 
 def test_policy_serve_without_a_policy_says_what_to_do(tmp_path: Path) -> None:
     (tmp_path / "bare.yaml").write_text(
-        "mcpServers:\n  c: {command: python, args: [-m, envs.math.servers.calculator]}\n"
+        "mcpServers:\n  c: {command: python, args: [-m, gymflow.envs.builtin.math.servers.calculator]}\n"
     )
     run = cli("policy", "serve", "bare.yaml", cwd=tmp_path, timeout=60)
     assert run.returncode != 0

@@ -12,7 +12,7 @@ from pathlib import Path
 def test_eval_policy_against_baseline(temporal_address: str, tmp_path: Path) -> None:
     out_dir = tmp_path / "report"
     command = [
-        sys.executable, "-m", "workers.cli", "eval", "math", "--policy", "calculator", "--baseline", "null",
+        sys.executable, "-m", "gymflow.workers.cli", "eval", "math", "--policy", "calculator", "--baseline", "null",
         "--n", "4", "--samples", "2", "--reps", "300", "--out", str(out_dir), "--json",
         "--address", temporal_address, "--task-queue", f"eval-{uuid.uuid4().hex[:8]}",
     ]  # fmt: skip

@@ -10,14 +10,14 @@ from collections.abc import Iterator, Sequence
 
 from temporalio.client import Client
 
-from activities.model import ModelConfig
-from envs.contract import Message, Task, ToolSpec
-from envs.math.data import generate_tasks
-from envs.math.policy import CalculatorPolicy
-from workers.groups import GymflowClient
-from workers.policy_server import PolicyServer
-from workers.worker import RunningWorker
-from workflows.schema import RetrySettings, RolloutOptions
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.builtin.math.policy import CalculatorPolicy
+from gymflow.envs.contract import Message, Task, ToolSpec
+from gymflow.workers.sdk.groups import GymflowClient
+from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.schema import RetrySettings, RolloutOptions
 
 
 class CountingPolicy(CalculatorPolicy):

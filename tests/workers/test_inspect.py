@@ -16,18 +16,18 @@ from mcp_support import eventually
 from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.client import Client
 
-from activities.model import ModelConfig
-from envs.contract import Task, Trajectory
-from envs.crm.policy import ReferencePolicy
-from envs.crm.tasks import generate_tasks, make_task
-from envs.math.data import generate_tasks as generate_math_tasks
-from workers import inspect, status
-from workers.client import start_rollout
-from workers.policy_server import AppServer, build_app
-from workers.worker import RunningWorker
-from workflows import names
-from workflows.group import BatchRolloutWorkflow
-from workflows.schema import BatchInput, RolloutInput, RolloutOptions
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.builtin.crm.policy import ReferencePolicy
+from gymflow.envs.builtin.crm.tasks import generate_tasks, make_task
+from gymflow.envs.builtin.math.data import generate_tasks as generate_math_tasks
+from gymflow.envs.contract import Task, Trajectory
+from gymflow.workers.cli import inspect, status
+from gymflow.workers.sdk.client import start_rollout
+from gymflow.workers.servers.policy import AppServer, build_app
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows import names
+from gymflow.workflows.group import BatchRolloutWorkflow
+from gymflow.workflows.schema import BatchInput, RolloutInput, RolloutOptions
 
 UI = "http://localhost:9999/namespaces/default"
 
@@ -55,7 +55,7 @@ class Gate:
 
 def cli(address: str, *args: str) -> Any:
     run = subprocess.run(
-        [sys.executable, "-m", "workers.cli", *args, "--address", address, "--json"],
+        [sys.executable, "-m", "gymflow.workers.cli", *args, "--address", address, "--json"],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]

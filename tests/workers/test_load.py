@@ -29,7 +29,7 @@ ROLLOUTS = 200
 
 async def test_eval_200_sheets_rollouts_with_defaults(temporal_address: str, client: Client, tmp_path: Path) -> None:
     command = [
-        sys.executable, "-m", "workers.cli", "eval", "sheets", "--policy", "reference", "--n", str(ROLLOUTS),
+        sys.executable, "-m", "gymflow.workers.cli", "eval", "sheets", "--policy", "reference", "--n", str(ROLLOUTS),
         "--json", "--reps", "200", "--address", temporal_address, "--task-queue", f"load-{uuid.uuid4().hex[:8]}",
         "--data-dir", str(tmp_path / "data"),
     ]  # fmt: skip

@@ -28,18 +28,18 @@ from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.worker import Worker
 
-from workers import logs
-from workers.cli import build_parser
-from workers.policy_server import AppServer
+from gymflow.workers import logs
+from gymflow.workers.cli.main import build_parser
+from gymflow.workers.servers.policy import AppServer
 
 ROOT = Path(__file__).parents[2]
 PROGRESS = re.compile(r"^(\[\d+/\d+\] |progress: \d+/\d+ )")
-"""The commands' own progress lines (workers.progress, off a terminal), not log lines."""
+"""The commands' own progress lines (gymflow.workers.cli.progress, off a terminal), not log lines."""
 
 
 def _gymflow(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "workers.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd,
+        [sys.executable, "-m", "gymflow.workers.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd,
         env={**os.environ, "PYTHONPATH": str(ROOT), **env}, check=False,
     )  # fmt: skip
 
@@ -152,9 +152,9 @@ def _restore_logging() -> Any:
 
 
 def test_third_party_loggers_stay_at_warning_unless_verbose() -> None:
-    from envs.datagen.index import Bm25Index
+    from gymflow.envs.datagen.index import Bm25Index
 
-    library, own = logging.getLogger("somelib.core"), logging.getLogger("envs.datagen.test")
+    library, own = logging.getLogger("somelib.core"), logging.getLogger("gymflow.envs.datagen.test")
     library.setLevel(logging.DEBUG)  # as bm25s does to its logger when imported
     own.setLevel(logging.DEBUG)  # a developer debugging one gymflow module
     try:

@@ -16,12 +16,12 @@ from leaks import payloads_in
 from moto.server import ThreadedMotoServer
 from temporalio.client import Client
 
-from activities.env import TOOL_RESULT_SHARE
-from envs.contract import Message, Task, TerminationReason
+from gymflow.activities.env import TOOL_RESULT_SHARE
+from gymflow.envs.contract import Message, Task, TerminationReason
+from gymflow.workers.sdk.client import connect, data_converter
+from gymflow.workers.worker import running_worker
+from gymflow.workflows.schema import RetrySettings, RolloutLimits
 from support import ScriptedPolicy, call, make_settings, play
-from workers.client import connect, data_converter
-from workers.worker import running_worker
-from workflows.schema import RetrySettings, RolloutLimits
 
 BLOB = 5_000_000
 """Characters of one tool output: 2.5x Temporal's per-payload limit."""

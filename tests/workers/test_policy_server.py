@@ -1,4 +1,4 @@
-"""workers.policy_server: a Policy behind a real OpenAI-compatible HTTP endpoint."""
+"""gymflow.workers.servers.policy: a Policy behind a real OpenAI-compatible HTTP endpoint."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator, Sequence
 import httpx
 import pytest
 
-from envs import chat
-from envs.contract import Message, ToolCall, ToolSpec
-from envs.policy import Policy
-from workers.policy_server import PolicyServer
+from gymflow.envs.contract import Message, ToolCall, ToolSpec
+from gymflow.envs.policy import Policy
+from gymflow.envs.wire import chat
+from gymflow.workers.servers.policy import PolicyServer
 
 ADD = ToolSpec(name="add", description="Add.", input_schema={"type": "object", "properties": {"a": {}, "b": {}}})
 

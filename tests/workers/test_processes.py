@@ -22,16 +22,16 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from activities.model import ModelConfig
-from activities.turn import TURN_ACTIVITY
-from envs.math.data import generate_tasks
-from envs.mcp.ledger import start_time
-from workers.cli import main
-from workers.client import start_rollout
-from workers.config import Settings
-from workers.processes import Supervisor, child_environment, parse_processes
-from workflows.names import node_queue
-from workflows.schema import RolloutInput, RolloutResult
+from gymflow.activities.model import ModelConfig
+from gymflow.activities.turn import TURN_ACTIVITY
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.mcp.ledger import start_time
+from gymflow.workers.cli.main import main
+from gymflow.workers.config import Settings
+from gymflow.workers.processes import Supervisor, child_environment, parse_processes
+from gymflow.workers.sdk.client import start_rollout
+from gymflow.workflows.names import node_queue
+from gymflow.workflows.schema import RolloutInput, RolloutResult
 
 ENV_ACTIVITIES = ("call_tool", "compute_reward", TURN_ACTIVITY, "release_rollout")
 """The activities a rollout schedules on its node's queue (math fuses its turns into `play_turn`)."""
@@ -116,7 +116,7 @@ class Fleet:
     async def __aenter__(self) -> Fleet:
         with self.log.open("wb") as out:
             self.process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "workers.cli", "-v", "--log-format", "json", "worker", "--processes", "2",
+                sys.executable, "-m", "gymflow.workers.cli", "-v", "--log-format", "json", "worker", "--processes", "2",
                 cwd=ROOT, env=self.env, stdout=out, stderr=out,
             )  # fmt: skip
         return self
@@ -182,7 +182,7 @@ async def test_two_processes_run_rollouts_on_both_nodes_and_stop_cleanly(
         assert set(children) == set(nodes), children
         # Every process the fleet started (the children, their warm MCP servers, pool processes).
         started = descendants(fleet.pid)
-        servers = [p for p, _ in started if b"envs.math.servers.calculator" in cmdline(p)]
+        servers = [p for p, _ in started if b"gymflow.envs.builtin.math.servers.calculator" in cmdline(p)]
         assert len(servers) >= 2, "each child keeps a warm calculator server"
         assert await fleet.stop() == 0
         await poll_until(
@@ -207,7 +207,9 @@ async def test_a_killed_child_is_restarted_and_a_killed_supervisor_takes_its_chi
             assert solved(result), (result.termination, result.error)
 
         def servers_of(pid: int) -> set[tuple[int, int | None]]:
-            return {(p, t) for p, t in descendants(pid) if b"envs.math.servers.calculator" in cmdline(p)}
+            return {
+                (p, t) for p, t in descendants(pid) if b"gymflow.envs.builtin.math.servers.calculator" in cmdline(p)
+            }
 
         holding = await poll_until(
             lambda: [(n, pid) for n, pid in sorted(children_by_node(fleet.pid).items()) if servers_of(pid)],

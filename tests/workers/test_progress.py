@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from workers.progress import Progress
+from gymflow.workers.cli.progress import Progress
 
 
 class Clock:

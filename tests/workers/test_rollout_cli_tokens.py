@@ -8,12 +8,12 @@ import sys
 import uuid
 from pathlib import Path
 
-from envs.tokens import TokenSequence, TurnTokens
+from gymflow.envs.wire.tokens import TokenSequence, TurnTokens
 
 
 def test_rollout_json_includes_token_data(temporal_address: str, tmp_path: Path) -> None:
     command = [
-        sys.executable, "-m", "workers.cli", "rollout", "math", "--n", "2", "--json", "--tokens", "vllm",
+        sys.executable, "-m", "gymflow.workers.cli", "rollout", "math", "--n", "2", "--json", "--tokens", "vllm",
         "--address", temporal_address, "--task-queue", f"cli-{uuid.uuid4().hex[:8]}",
         "--data-dir", str(tmp_path / "data"),
     ]  # fmt: skip

@@ -1,4 +1,4 @@
-"""gymflow's workflow runner (workers.sandbox_runner): the SDK's sandbox, minus its per-payload entries.
+"""gymflow's workflow runner (gymflow.workers.sandbox_runner): the SDK's sandbox, minus its per-payload entries.
 
 The runner answers the SDK's serialization-context lookups without entering the sandbox. These tests
 prove the answers are the SDK's own (every lookup of every recorded history compared), that the fast
@@ -29,9 +29,9 @@ from temporalio.worker.workflow_sandbox import _runner as sdk_runner
 
 # This module holds a workflow, so the sandbox re-imports it: what it imports passes through.
 with workflow.unsafe.imports_passed_through():
-    from workers import sandbox_runner
-    from workers.client import DATA_CONVERTER
-    from workers.worker import SANDBOX_RESTRICTIONS, WORKFLOW_RUNNER, WORKFLOWS
+    from gymflow.workers import sandbox_runner
+    from gymflow.workers.sdk.client import DATA_CONVERTER
+    from gymflow.workers.worker import SANDBOX_RESTRICTIONS, WORKFLOW_RUNNER, WORKFLOWS
 
 HISTORIES = sorted((Path(__file__).parents[1] / "workflows" / "histories").glob("*.json"))
 

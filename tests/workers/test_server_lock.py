@@ -17,17 +17,17 @@ import sys
 import time
 from pathlib import Path
 
-from envs.mcp.http import free_port
+from gymflow.envs.mcp.http import free_port
+from gymflow.workers.sdk.client import connect
+from gymflow.workers.servers import temporal as embedded
 from support import process_alive
-from workers import server as embedded
-from workers.client import connect
 
 ROOT = Path(__file__).parents[2]
 
 
 def gymflow(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "workers.cli", *args], capture_output=True, text=True, timeout=100, cwd=cwd,
+        [sys.executable, "-m", "gymflow.workers.cli", *args], capture_output=True, text=True, timeout=100, cwd=cwd,
         env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False,
     )  # fmt: skip
 
@@ -97,7 +97,7 @@ async def test_a_killed_server_leaves_no_stale_lock_and_a_foreground_one_holds_i
         assert await asyncio.to_thread(released, data, 30)  # the kernel drops the lock with the process
         # In the foreground (`gymflow server` becomes the server process): it takes the lock.
         foreground = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "workers.cli", "server", "--port", str(other), "--data-dir", str(data),
+            sys.executable, "-m", "gymflow.workers.cli", "server", "--port", str(other), "--data-dir", str(data),
             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip

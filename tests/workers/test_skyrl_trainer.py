@@ -6,8 +6,8 @@ from pathlib import Path
 
 from mcp_support import ROOT
 
-from workers.skyrl_trainer import overrides
-from workers.training_config import load_run_config
+from gymflow.workers.sdk.training import load_run_config
+from gymflow.workers.trainers.skyrl import overrides
 
 
 def test_the_run_config_becomes_skyrl_overrides() -> None:

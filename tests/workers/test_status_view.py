@@ -13,22 +13,22 @@ from datetime import UTC, datetime, timedelta
 from mcp_support import eventually
 from temporalio.client import Client
 
-from activities.model import ModelConfig
-from envs.math.data import generate_tasks
-from envs.math.policy import CalculatorPolicy
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.builtin.math.policy import CalculatorPolicy
+from gymflow.workers.cli import inspect, status
+from gymflow.workers.servers.policy import AppServer
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows import names
+from gymflow.workflows.group import GroupRolloutWorkflow
+from gymflow.workflows.schema import GroupInput, RolloutInput
 from support import SlowModel
-from workers import inspect, status
-from workers.policy_server import AppServer
-from workers.worker import RunningWorker
-from workflows import names
-from workflows.group import GroupRolloutWorkflow
-from workflows.schema import GroupInput, RolloutInput
 
 UI = "http://localhost:9999/namespaces/default"
 
 
 def test_only_the_types_with_a_progress_query_are_asked() -> None:
-    from workers.worker import WORKFLOWS
+    from gymflow.workers.worker import WORKFLOWS
 
     answering = {
         cls.__name__ for cls in WORKFLOWS if callable(getattr(cls, inspect.PROGRESS_QUERY, None))

@@ -9,9 +9,9 @@ import pytest
 import yaml
 from mcp_support import ROOT
 
-from activities.training import check_config
-from workers.cli import main
-from workers.training_config import ConfigError, load_run_config
+from gymflow.activities.training import check_config
+from gymflow.workers.cli.main import main
+from gymflow.workers.sdk.training import ConfigError, load_run_config
 
 EXAMPLES = ROOT / "envs" / "examples"
 
@@ -93,4 +93,7 @@ def test_local_dryrun_prints_the_command(capsys: pytest.CaptureFixture[str], mon
     monkeypatch.chdir(ROOT)
     assert main(["train", "launch", "envs/examples/train_math.yaml", "--dryrun"]) == 0
     shown = yaml.safe_load(capsys.readouterr().out)
-    assert shown["command"] == ["python", "-m", "workers.reference_trainer"] and shown["run_id"] == "math-reference"
+    assert (
+        shown["command"] == ["python", "-m", "gymflow.workers.trainers.reference"]
+        and shown["run_id"] == "math-reference"
+    )

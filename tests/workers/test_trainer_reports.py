@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from temporalio.service import RPCError, RPCStatusCode
 
-from workers.trainer import TrainerSession
+from gymflow.workers.sdk.trainer import TrainerSession
 
 
 class Handle:

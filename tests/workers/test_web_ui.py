@@ -31,20 +31,20 @@ import pytest
 from leaks import history_text
 from temporalio.client import Client
 
-from activities.model import ModelConfig
-from envs.contract import Trajectory
-from envs.crm.policy import ReferencePolicy
-from envs.crm.tasks import generate_tasks, make_task
-from envs.math.data import generate_tasks as math_tasks
-from envs.mcp.http import free_port
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.builtin.crm.policy import ReferencePolicy
+from gymflow.envs.builtin.crm.tasks import generate_tasks, make_task
+from gymflow.envs.builtin.math.data import generate_tasks as math_tasks
+from gymflow.envs.contract import Trajectory
+from gymflow.envs.mcp.http import free_port
+from gymflow.workers.sdk.client import connect, data_converter, run_rollout
+from gymflow.workers.servers.codec import generate_key
+from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workers.servers.temporal import temporal_binary
+from gymflow.workers.worker import RunningWorker, running_worker
+from gymflow.workflows.names import BATCH_WORKFLOW
+from gymflow.workflows.schema import BatchResult, RolloutInput
 from support import make_settings
-from workers.client import connect, data_converter, run_rollout
-from workers.codec import generate_key
-from workers.policy_server import PolicyServer
-from workers.server import temporal_binary
-from workers.worker import RunningWorker, running_worker
-from workflows.names import BATCH_WORKFLOW
-from workflows.schema import BatchResult, RolloutInput
 
 CHROMIUM = os.environ.get("GYMFLOW_CHROMIUM", "/usr/bin/chromium")
 REQUIRED = os.environ.get("GYMFLOW_UI_TEST_REQUIRE") == "1"
@@ -234,7 +234,7 @@ def codec_server(key: str, auth: str, origin: str) -> Any:
     port = free_port()
     env = {**os.environ, "GYMFLOW_ENCRYPTION_KEY": key, "GYMFLOW_CODEC_AUTH": auth, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "workers.cli", "codec-server", "--port", str(port), "--origin", origin],
+        [sys.executable, "-m", "gymflow.workers.cli", "codec-server", "--port", str(port), "--origin", origin],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

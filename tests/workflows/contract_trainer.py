@@ -11,9 +11,9 @@ import asyncio
 import os
 import sys
 
-from activities.model import ModelConfig
-from workers.trainer import TrainerSession
-from workflows.training_schema import CheckpointReport
+from gymflow.activities.model import ModelConfig
+from gymflow.workers.sdk.trainer import TrainerSession
+from gymflow.workflows.training_schema import CheckpointReport
 
 
 async def main() -> int:

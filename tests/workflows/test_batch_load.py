@@ -17,14 +17,14 @@ import pytest
 from mcp_support import eventually
 from temporalio.client import Client, WorkflowExecution
 
-from activities.model import ModelConfig
-from activities.storage import read_trajectories
-from envs.math.policy import CalculatorPolicy
-from workers.policy_server import PolicyServer
-from workers.report import write_report
-from workers.worker import RunningWorker
-from workflows.group import BatchRolloutWorkflow
-from workflows.schema import BatchInput, RolloutOptions
+from gymflow.activities.model import ModelConfig
+from gymflow.activities.storage import read_trajectories
+from gymflow.envs.builtin.math.policy import CalculatorPolicy
+from gymflow.workers.cli.report import write_report
+from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.group import BatchRolloutWorkflow
+from gymflow.workflows.schema import BatchInput, RolloutOptions
 
 HISTORY_EVENT_LIMIT = 51_200
 HISTORY_BYTES_LIMIT = 50 * 1024 * 1024

@@ -17,18 +17,17 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.common import TypedSearchAttributes
 from temporalio.exceptions import CancelledError
 
-from activities.model import ModelConfig
-from envs.math.data import generate_tasks
-from envs.math.policy import CalculatorPolicy
-from envs.mcp.env import McpEnv
-from support import SlowModel, make_settings, process_alive, temporal_cli
-from workers.client import start_rollout
-from workers.policy_server import AppServer
-from workers.worker import RunningWorker, running_worker
-from workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
-from workflows.names import SA_ENV, SA_STATUS
-from workflows.rollout import RolloutWorkflow
-from workflows.schema import (
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.builtin.math.policy import CalculatorPolicy
+from gymflow.envs.mcp.env import McpEnv
+from gymflow.workers.sdk.client import start_rollout
+from gymflow.workers.servers.policy import AppServer
+from gymflow.workers.worker import RunningWorker, running_worker
+from gymflow.workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
+from gymflow.workflows.names import SA_ENV, SA_STATUS
+from gymflow.workflows.rollout import RolloutWorkflow
+from gymflow.workflows.schema import (
     BatchInput,
     GroupInput,
     RolloutInput,
@@ -37,6 +36,7 @@ from workflows.schema import (
     group_search_attributes,
     initial_search_attributes,
 )
+from support import SlowModel, make_settings, process_alive, temporal_cli
 
 CLEANUP_S = 10.0
 """What the issue asks: within this of the cancel, no server alive and every child CANCELED."""

@@ -12,12 +12,12 @@ from pathlib import Path
 from dataset_support import ScriptedModel, ScriptedServer, by_share
 from temporalio.client import Client
 
-from activities.dataset_models import DatasetSource, GenerationOptions
-from activities.model import ModelConfig
-from envs.datagen import format as fmt
-from workers.worker import RunningWorker
-from workflows.dataset import DatasetGenerationWorkflow
-from workflows.schema import DatasetInput, DatasetResult
+from gymflow.activities.dataset_models import DatasetSource, GenerationOptions
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.datagen import format as fmt
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.dataset import DatasetGenerationWorkflow
+from gymflow.workflows.schema import DatasetInput, DatasetResult
 
 SAMPLE = Path(__file__).parents[2] / "envs" / "search" / "sample_corpus"
 

@@ -1,4 +1,4 @@
-"""Fused turns (activities.turn) are for stateless envs only, and what a rollout asks is honoured
+"""Fused turns (gymflow.activities.turn) are for stateless envs only, and what a rollout asks is honoured
 only where it is sound; the classic and fused plans give the same trajectory (test_rollout.py)."""
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
-from activities import errors
-from activities.env import state_key
-from activities.model import GenerateInput
-from activities.turn import PlayTurnInput, PlayTurnResult, TurnActivities
-from envs.contract import BaseEnv, Message, Reward, Task, ToolResult, ToolSpec, Wire
-from envs.mcp.envfile import EnvFileError, env_class_from_file
+from gymflow.activities import errors
+from gymflow.activities.env import state_key
+from gymflow.activities.model import GenerateInput
+from gymflow.activities.turn import PlayTurnInput, PlayTurnResult, TurnActivities
+from gymflow.envs.contract import BaseEnv, Message, Reward, Task, ToolResult, ToolSpec, Wire
+from gymflow.envs.mcp.envfile import EnvFileError, env_class_from_file
+from gymflow.workers.sdk.client import DATA_CONVERTER, describe_validation_error
+from gymflow.workers.worker import WORKFLOW_RUNNER, WORKFLOWS, RunningWorker
+from gymflow.workflows.rollout import CALL_LINES_PATCH
+from gymflow.workflows.schema import RolloutLimits
 from support import ScriptedPolicy, call, play
-from workers.client import DATA_CONVERTER, describe_validation_error
-from workers.worker import WORKFLOW_RUNNER, WORKFLOWS, RunningWorker
-from workflows.rollout import CALL_LINES_PATCH
-from workflows.schema import RolloutLimits
 
 
 def test_only_a_stateless_env_may_fuse_its_turns(tmp_path: Path) -> None:

@@ -10,17 +10,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from activities.model import ModelConfig
-from activities.storage import read_trajectories
-from envs.contract import Message, ToolSpec
-from envs.math.data import generate_tasks
-from envs.math.policy import CalculatorPolicy
+from gymflow.activities.model import ModelConfig
+from gymflow.activities.storage import read_trajectories
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.builtin.math.policy import CalculatorPolicy
+from gymflow.envs.contract import Message, ToolSpec
+from gymflow.workers.sdk.client import iterate_groups
+from gymflow.workers.servers.policy import AppServer, PolicyServer, build_app
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
+from gymflow.workflows.schema import BatchInput, GroupInput, RetrySettings, RolloutInput, RolloutOptions
 from support import ScriptedPolicy
-from workers.client import iterate_groups
-from workers.policy_server import AppServer, PolicyServer, build_app
-from workers.worker import RunningWorker
-from workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
-from workflows.schema import BatchInput, GroupInput, RetrySettings, RolloutInput, RolloutOptions
 
 
 class EveryOtherWrong(CalculatorPolicy):

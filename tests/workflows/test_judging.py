@@ -12,17 +12,17 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from temporalio.client import Client
 
-from activities.model import ModelConfig
-from envs.contract import TerminationReason
-from envs.math.data import generate_tasks
-from envs.math.policy import CalculatorPolicy
-from envs.rewards.rubric import Criterion, Rubric
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.builtin.math.policy import CalculatorPolicy
+from gymflow.envs.contract import TerminationReason
+from gymflow.envs.rewards.rubric import Criterion, Rubric
+from gymflow.workers.servers.policy import AppServer, PolicyServer
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.group import BatchRolloutWorkflow
+from gymflow.workflows.judging import JudgeConfig
+from gymflow.workflows.schema import BatchInput, RolloutOptions
 from support import play
-from workers.policy_server import AppServer, PolicyServer
-from workers.worker import RunningWorker
-from workflows.group import BatchRolloutWorkflow
-from workflows.judging import JudgeConfig
-from workflows.schema import BatchInput, RolloutOptions
 
 RUBRIC = Rubric(
     criteria=[

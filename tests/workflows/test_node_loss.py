@@ -13,13 +13,13 @@ import pytest
 from mcp_support import node_queues_of, wait_until
 from temporalio.client import Client
 
-from activities.model import ModelConfig
-from envs.contract import Message, Task, ToolSpec
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.contract import Message, Task, ToolSpec
+from gymflow.workers.sdk.client import connect, start_rollout
+from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workers.worker import running_worker
+from gymflow.workflows.schema import RetrySettings, RolloutInput
 from support import ScriptedPolicy, call, make_settings
-from workers.client import connect, start_rollout
-from workers.policy_server import PolicyServer
-from workers.worker import running_worker
-from workflows.schema import RetrySettings, RolloutInput
 
 
 class StallWhileNodeUp(ScriptedPolicy):

@@ -12,17 +12,17 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
-from activities.model import ModelConfig
-from envs.contract import Message, Task, TerminationReason, json_bytes
-from envs.registry import register
-from envs.tokens import TurnTokens
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.contract import Message, Task, TerminationReason, json_bytes
+from gymflow.envs.registry import register
+from gymflow.envs.wire.tokens import TurnTokens
+from gymflow.workers.sdk.client import with_messages
+from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.budget import SLACK_BYTES, TrajectoryBudget
+from gymflow.workflows.group import GroupRolloutWorkflow
+from gymflow.workflows.schema import PAYLOAD_LIMIT_BYTES, GroupInput, RolloutInput, RolloutLimits
 from support import InProcessMathEnv, ScriptedPolicy, call
-from workers.client import with_messages
-from workers.policy_server import PolicyServer
-from workers.worker import RunningWorker
-from workflows.budget import SLACK_BYTES, TrajectoryBudget
-from workflows.group import GroupRolloutWorkflow
-from workflows.schema import PAYLOAD_LIMIT_BYTES, GroupInput, RolloutInput, RolloutLimits
 
 TASK = Task(id="t", prompt="2+3?", ground_truth="5")
 

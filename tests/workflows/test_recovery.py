@@ -18,18 +18,18 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 
-from activities.model import ModelConfig
-from envs.contract import Message, Task, TerminationReason
-from envs.math.data import generate_tasks
-from envs.math.policy import CalculatorPolicy
-from envs.mcp.env import McpEnv
-from envs.registry import register
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.builtin.math.policy import CalculatorPolicy
+from gymflow.envs.contract import Message, Task, TerminationReason
+from gymflow.envs.mcp.env import McpEnv
+from gymflow.envs.registry import register
+from gymflow.workers.sdk.client import start_rollout
+from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.names import SA_STATUS
+from gymflow.workflows.schema import RolloutInput
 from support import CounterEnv, ScriptedPolicy, call, play
-from workers.client import start_rollout
-from workers.policy_server import PolicyServer
-from workers.worker import RunningWorker
-from workflows.names import SA_STATUS
-from workflows.schema import RolloutInput
 
 
 @pytest.fixture

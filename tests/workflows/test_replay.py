@@ -11,10 +11,10 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from workers.client import DATA_CONVERTER
-from workers.worker import WORKFLOW_RUNNER, WORKFLOWS
-from workflows.names import MEMO_PLAN
-from workflows.schema import ROLLOUT_PLAN
+from gymflow.workers.sdk.client import DATA_CONVERTER
+from gymflow.workers.worker import WORKFLOW_RUNNER, WORKFLOWS
+from gymflow.workflows.names import MEMO_PLAN
+from gymflow.workflows.schema import ROLLOUT_PLAN
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 

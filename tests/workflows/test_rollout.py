@@ -11,15 +11,15 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
-from activities.model import ModelConfig
-from envs.contract import Message, TerminationReason, Trajectory
-from envs.math.data import generate_tasks
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.contract import Message, TerminationReason, Trajectory
+from gymflow.workers.sdk.client import DATA_CONVERTER, run_rollout, start_rollout
+from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workers.worker import WORKFLOW_RUNNER, WORKFLOWS, RunningWorker
+from gymflow.workflows.names import SA_STATUS
+from gymflow.workflows.schema import RetrySettings, RolloutInput, RolloutLimits
 from support import ScriptedPolicy, call
-from workers.client import DATA_CONVERTER, run_rollout, start_rollout
-from workers.policy_server import PolicyServer
-from workers.worker import WORKFLOW_RUNNER, WORKFLOWS, RunningWorker
-from workflows.names import SA_STATUS
-from workflows.schema import RetrySettings, RolloutInput, RolloutLimits
 
 
 def rollout_input(model_url: str, *, seed: int = 0, **fields: object) -> RolloutInput:

@@ -16,16 +16,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from activities.model import ModelConfig
-from envs.math.data import generate_tasks
-from envs.math.policy import CalculatorPolicy
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.builtin.math.policy import CalculatorPolicy
+from gymflow.workers.sdk.client import run_rollout, start_rollout
+from gymflow.workers.servers.policy import AppServer, build_app
+from gymflow.workers.servers.temporal import temporal_binary
+from gymflow.workers.worker import RunningWorker, running_worker
+from gymflow.workflows.names import ROLLOUT_WORKFLOW, SA_ENV, SA_TASK
+from gymflow.workflows.schema import RolloutInput, RolloutResult
 from support import make_settings
-from workers.client import run_rollout, start_rollout
-from workers.policy_server import AppServer, build_app
-from workers.server import temporal_binary
-from workers.worker import RunningWorker, running_worker
-from workflows.names import ROLLOUT_WORKFLOW, SA_ENV, SA_TASK
-from workflows.schema import RolloutInput, RolloutResult
 
 
 def temporal_cli(address: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -146,7 +146,8 @@ def test_demo_command_runs_a_batch(temporal_address: str, tmp_path: Path) -> Non
     """`gymflow demo` as a user runs it (against the test server): 16 rollouts, all solved."""
     queue = f"demo-{uuid.uuid4().hex[:8]}"
     out = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "demo", "--address", temporal_address, "--task-queue", queue, "--json"],
+        [sys.executable, "-m", "gymflow.workers.cli", "demo", "--address", temporal_address,
+         "--task-queue", queue, "--json"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]

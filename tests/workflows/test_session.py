@@ -11,15 +11,15 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from envs.contract import Message, Task, TerminationReason
-from envs.math.data import generate_tasks
-from envs.mcp.env import McpEnv
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.contract import Message, Task, TerminationReason
+from gymflow.envs.mcp.env import McpEnv
+from gymflow.workers.sdk.sessions import SessionError, attach_session, start_session
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.names import SA_ENV, SA_REWARD, SA_STATUS, SA_TASK, SESSION_WORKFLOW
+from gymflow.workflows.schema import RetrySettings
+from gymflow.workflows.session_schema import SessionInput
 from support import CounterEnv, call
-from workers.sessions import SessionError, attach_session, start_session
-from workers.worker import RunningWorker
-from workflows.names import SA_ENV, SA_REWARD, SA_STATUS, SA_TASK, SESSION_WORKFLOW
-from workflows.schema import RetrySettings
-from workflows.session_schema import SessionInput
 
 
 def kill_servers(worker: RunningWorker, env_name: str) -> None:
@@ -108,7 +108,7 @@ async def test_a_lost_server_is_recovered_between_steps_for_replayable_envs(
 
 
 async def test_step_limits_and_refusals(client: Client, worker: RunningWorker) -> None:
-    from workflows.schema import RolloutLimits
+    from gymflow.workflows.schema import RolloutLimits
 
     task = Task(id="m", prompt="count", ground_truth="1")
     session = await start_session(

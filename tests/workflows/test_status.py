@@ -15,15 +15,15 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError, CancelledError, TimeoutError, TimeoutType
 from temporalio.workflow import ContinueAsNewError
 
-from activities.model import ModelConfig
-from envs.contract import Task
-from envs.math.data import generate_tasks
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.contract import Task
+from gymflow.workers.sdk.client import start_rollout
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows import status
+from gymflow.workflows.names import GROUP_WORKFLOW, ROLLOUT_WORKFLOW, SA_BATCH, SA_ENV, SA_MODEL, SA_STATUS
+from gymflow.workflows.schema import RolloutInput
 from support import temporal_cli
-from workers.client import start_rollout
-from workers.worker import RunningWorker
-from workflows import status
-from workflows.names import GROUP_WORKFLOW, ROLLOUT_WORKFLOW, SA_BATCH, SA_ENV, SA_MODEL, SA_STATUS
-from workflows.schema import RolloutInput
 
 
 def test_final_status_of_every_ending() -> None:

@@ -1,6 +1,6 @@
 """Token-level trajectories of real multi-turn rollouts against the baseline policy server.
 
-The server tokenises every prompt and completion itself (workers.byte_tokens) and keeps a record;
+The server tokenises every prompt and completion itself (gymflow.workers.servers.byte_tokens) and keeps a record;
 the trajectory's concatenated ids must equal that record exactly, and the loss mask must cover
 exactly the completions.
 """
@@ -12,17 +12,17 @@ from typing import Literal
 import pytest
 from temporalio.client import Client
 
-from activities.model import ModelConfig
-from envs.contract import Message, TerminationReason
-from envs.math.data import generate_tasks
-from envs.math.policy import CalculatorPolicy
-from envs.tokens import TokenMismatch
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.builtin.math.policy import CalculatorPolicy
+from gymflow.envs.contract import Message, TerminationReason
+from gymflow.envs.wire.tokens import TokenMismatch
+from gymflow.workers.sdk.client import run_rollout
+from gymflow.workers.servers import byte_tokens
+from gymflow.workers.servers.policy import PolicyServer, TokenRecord
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.schema import RolloutInput
 from support import ScriptedPolicy, call
-from workers import byte_tokens
-from workers.client import run_rollout
-from workers.policy_server import PolicyServer, TokenRecord
-from workers.worker import RunningWorker
-from workflows.schema import RolloutInput
 
 
 def assert_exact(sequence_ids: list[int], mask: list[int], records: list[TokenRecord]) -> None:

@@ -25,15 +25,15 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Replayer
 
-from activities.trainer_jobs import LaunchInput, TrainerActivities
-from deploy.training import free_port
+from gymflow.activities.trainer_jobs import LaunchInput, TrainerActivities
+from gymflow.deploy.training import free_port
+from gymflow.workers.cli.train import start_run
+from gymflow.workers.sdk.client import DATA_CONVERTER
+from gymflow.workers.worker import WORKFLOW_RUNNER, WORKFLOWS, RunningWorker, running_worker
+from gymflow.workflows import names
+from gymflow.workflows.training import TrainingRunWorkflow
+from gymflow.workflows.training_schema import PreparedRun, RunConfig, TrainingRunInput
 from support import make_settings
-from workers.client import DATA_CONVERTER
-from workers.train_cli import start_run
-from workers.worker import WORKFLOW_RUNNER, WORKFLOWS, RunningWorker, running_worker
-from workflows import names
-from workflows.training import TrainingRunWorkflow
-from workflows.training_schema import PreparedRun, RunConfig, TrainingRunInput
 
 CONTRACT_TRAINER = Path(__file__).with_name("contract_trainer.py")
 

@@ -26,7 +26,8 @@ async def test_the_reference_trainer_beats_its_starting_policy(temporal_address:
     env = {**os.environ, "GYMFLOW_TEMPORAL_ADDRESS": temporal_address, "GYMFLOW_DATA_DIR": str(tmp_path / "data"),
            "GYMFLOW_TASK_QUEUE": f"train-{run_id}", "GYMFLOW_WORKSPACE_ROOT": str(tmp_path / "ws")}  # fmt: skip
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "workers.cli", "train", "launch", "envs/examples/train_math.yaml", "--wait", "--json",
+        sys.executable, "-m", "gymflow.workers.cli", "train", "launch", "envs/examples/train_math.yaml",
+        "--wait", "--json",
         "--run-id", run_id, cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     stdout, stderr = await process.communicate()

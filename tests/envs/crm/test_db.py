@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from envs.crm import db
+from gymflow.envs.builtin.crm import db
 
 
 def test_generation_is_deterministic_and_seeded() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from envs.contract import Message
-from envs.crm.rewards import crm_reward
+from gymflow.envs.builtin.crm.rewards import crm_reward
+from gymflow.envs.contract import Message
 
 
 def _says(*texts: str) -> list[Message]:

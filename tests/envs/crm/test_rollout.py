@@ -11,13 +11,13 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from envs.contract import Message, TerminationReason
-from envs.crm import db
-from envs.crm.env import CrmEnv
-from envs.crm.policy import ReferencePolicy
-from envs.crm.tasks import generate_tasks, make_task
+from gymflow.envs.builtin.crm import db
+from gymflow.envs.builtin.crm.env import CrmEnv
+from gymflow.envs.builtin.crm.policy import ReferencePolicy
+from gymflow.envs.builtin.crm.tasks import generate_tasks, make_task
+from gymflow.envs.contract import Message, TerminationReason
+from gymflow.workers.worker import RunningWorker
 from support import ScriptedPolicy, call, play
-from workers.worker import RunningWorker
 
 
 async def test_reference_rollouts_score_one(client: Client, worker: RunningWorker) -> None:
@@ -56,7 +56,7 @@ async def test_injections_and_writes_in_a_rollout_change_nothing(client: Client,
 def test_eval_crm_reference_vs_null(temporal_address: str, tmp_path: Path) -> None:
     out_dir = tmp_path / "report"
     command = [
-        sys.executable, "-m", "workers.cli", "eval", "crm", "--policy", "reference", "--baseline", "null",
+        sys.executable, "-m", "gymflow.workers.cli", "eval", "crm", "--policy", "reference", "--baseline", "null",
         "--n", "12", "--reps", "200", "--out", str(out_dir), "--json",
         "--address", temporal_address, "--task-queue", f"eval-{uuid.uuid4().hex[:8]}",
     ]  # fmt: skip

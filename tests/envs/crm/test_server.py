@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from envs.crm import db
-from envs.crm.readonly import Database
-from envs.crm.servers import crm
+from gymflow.envs.builtin.crm import db
+from gymflow.envs.builtin.crm.readonly import Database
+from gymflow.envs.builtin.crm.servers import crm
 
 WRITES = [
     "DELETE FROM cases",

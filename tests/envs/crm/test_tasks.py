@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from envs.contract import Message, Reward, Task, ToolSpec
-from envs.crm import db, tasks
-from envs.crm.env import CrmEnv
-from envs.crm.policy import ReferencePolicy
-from envs.crm.readonly import Database
-from envs.crm.rewards import crm_reward
-from envs.crm.servers import crm
-from envs.math.policy import play as play_mcp_client
-from envs.mcp.play import play
-from envs.policy import NullPolicy, Policy
+from gymflow.envs.builtin.crm import db, tasks
+from gymflow.envs.builtin.crm.env import CrmEnv
+from gymflow.envs.builtin.crm.policy import ReferencePolicy
+from gymflow.envs.builtin.crm.readonly import Database
+from gymflow.envs.builtin.crm.rewards import crm_reward
+from gymflow.envs.builtin.crm.servers import crm
+from gymflow.envs.builtin.math.policy import play as play_mcp_client
+from gymflow.envs.contract import Message, Reward, Task, ToolSpec
+from gymflow.envs.mcp.play import play
+from gymflow.envs.policy import NullPolicy, Policy
 
 
 def test_tasks_are_rebuilt_from_their_ids() -> None:

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from town_corpus import Town, write_corpus
 
-from envs.datagen.corpus import Chunk, Document, chunk_document, decode_document
-from envs.datagen.filters import GuardConfig, answer_in, guard
-from envs.datagen.generate import QUESTION_TYPES, Candidate, Draft, offline_draft
-from envs.datagen.index import Bm25Index
-from envs.datagen.plan import assign_splits, corpus_plan, fill_empty_split, partners
-from envs.datagen.text import CorpusContext, resolve
-from envs.rewards.text import normalize_answer
+from gymflow.envs.datagen.corpus import Chunk, Document, chunk_document, decode_document
+from gymflow.envs.datagen.filters import GuardConfig, answer_in, guard
+from gymflow.envs.datagen.generate import QUESTION_TYPES, Candidate, Draft, offline_draft
+from gymflow.envs.datagen.index import Bm25Index
+from gymflow.envs.datagen.plan import assign_splits, corpus_plan, fill_empty_split, partners
+from gymflow.envs.datagen.text import CorpusContext, resolve
+from gymflow.envs.rewards.text import normalize_answer
 
 ROOT = Path(__file__).parents[3]
 QUOTE_RE = re.compile(r'fills the blank in "(.*)" That one(.*)\?$')

@@ -10,11 +10,17 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from envs.contract import TerminationReason
-from envs.harbor.task import HarborTask, load_dataset
-from envs.harbor.verifier import VerifierError, VerifierResult, install_solution, run_verifier, start_task
-from envs.runtime.container import ContainerRuntime
-from envs.runtime.terminal import build_server
+from gymflow.envs.builtin.harbor.task import HarborTask, load_dataset
+from gymflow.envs.builtin.harbor.verifier import (
+    VerifierError,
+    VerifierResult,
+    install_solution,
+    run_verifier,
+    start_task,
+)
+from gymflow.envs.contract import TerminationReason
+from gymflow.envs.runtime.container import ContainerRuntime
+from gymflow.envs.runtime.terminal import build_server
 
 TASKS = load_dataset(Path(__file__).parent / "tasks")
 FLAGGED = {"verifier_crashed", "verifier_timeout", "bad_reward"}

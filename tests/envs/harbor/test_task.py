@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.harbor.task import TaskError, load_dataset, load_task
-from envs.harbor.verifier import VerifierError, VerifierFailure, parse_reward
+from gymflow.envs.builtin.harbor.task import TaskError, load_dataset, load_task
+from gymflow.envs.builtin.harbor.verifier import VerifierError, VerifierFailure, parse_reward
 
 TASKS = Path(__file__).parent / "tasks"
 

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 import pytest
 from mcp import Client
 
-from envs.math.servers.calculator import server
+from gymflow.envs.builtin.math.servers.calculator import server
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent
 
-from envs.math.servers.calculator import evaluate_expression
+from gymflow.envs.builtin.math.servers.calculator import evaluate_expression
 
 TOOLS = {"add", "subtract", "multiply", "divide", "power", "sqrt", "evaluate"}
 
@@ -146,7 +146,7 @@ async def test_evaluate_refuses_quickly(calculator: Client, expression: str) -> 
 
 
 async def test_runs_as_a_stdio_subprocess() -> None:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "envs.math.servers.calculator"])
+    params = StdioServerParameters(command=sys.executable, args=["-m", "gymflow.envs.builtin.math.servers.calculator"])
     async with Client(params) as client:
         listed = await client.list_tools()
         assert {t.name for t in listed.tools} == TOOLS

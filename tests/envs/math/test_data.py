@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.contract import DatasetError, Task
-from envs.math.data import PROMPT_PREFIX, PROMPT_SUFFIX, generate_tasks, load_jsonl
-from envs.math.servers.calculator import evaluate_expression
+from gymflow.envs.builtin.math.data import PROMPT_PREFIX, PROMPT_SUFFIX, generate_tasks, load_jsonl
+from gymflow.envs.builtin.math.servers.calculator import evaluate_expression
+from gymflow.envs.contract import DatasetError, Task
 
 
 def test_same_seed_same_tasks() -> None:

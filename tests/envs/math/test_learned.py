@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from mcp import Client
 
-from envs.math.data import generate_tasks
-from envs.math.env import MathEnv
-from envs.math.learned import TOOLS, Decision, SoftmaxParams, SoftmaxPolicy, decisions
-from envs.math.policy import play
-from envs.math.rewards import answer_reward
-from envs.math.servers.calculator import server
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.builtin.math.env import MathEnv
+from gymflow.envs.builtin.math.learned import TOOLS, Decision, SoftmaxParams, SoftmaxPolicy, decisions
+from gymflow.envs.builtin.math.policy import play
+from gymflow.envs.builtin.math.rewards import answer_reward
+from gymflow.envs.builtin.math.servers.calculator import server
 
 
 def expert() -> SoftmaxParams:

@@ -2,11 +2,11 @@
 
 from mcp import Client
 
-from envs.contract import Message, Task, ToolCall, ToolSpec
-from envs.math.data import generate_tasks
-from envs.math.policy import CalculatorPolicy, Ref, Step, parse_expression, plan, play, play_tasks
-from envs.math.rewards import answer_reward
-from envs.policy import NullPolicy
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.builtin.math.policy import CalculatorPolicy, Ref, Step, parse_expression, plan, play, play_tasks
+from gymflow.envs.builtin.math.rewards import answer_reward
+from gymflow.envs.contract import Message, Task, ToolCall, ToolSpec
+from gymflow.envs.policy import NullPolicy
 
 TOOLS = [ToolSpec(name=n) for n in ("add", "subtract", "multiply", "divide", "power", "sqrt")]
 

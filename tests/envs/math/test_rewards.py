@@ -5,8 +5,8 @@ from fractions import Fraction
 
 import pytest
 
-from envs.contract import Message, ToolCall
-from envs.math.rewards import answer_reward, extract_answer, math_equivalent, parse_number
+from gymflow.envs.builtin.math.rewards import answer_reward, extract_answer, math_equivalent, parse_number
+from gymflow.envs.contract import Message, ToolCall
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from mcp_support import COUNTER, MakeEnv
 
-from envs.mcp.env import McpEnv
+from gymflow.envs.mcp.env import McpEnv
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mcp.server.mcpserver import Image, MCPServer
 
-from envs.mcp.http import serve_http
+from gymflow.envs.mcp.http import serve_http
 
 server = MCPServer("counter")
 _state = {"value": 0}

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.mcp.config import parse_servers
-from envs.mcp.envfile import env_class_from_file, load_env_file
-from envs.registry import EnvFileError, env_class, storage_name
+from gymflow.envs.mcp.config import parse_servers
+from gymflow.envs.mcp.envfile import env_class_from_file, load_env_file
+from gymflow.envs.registry import EnvFileError, env_class, storage_name
 
 
 @pytest.mark.parametrize(

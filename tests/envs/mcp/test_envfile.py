@@ -8,10 +8,10 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from envs.contract import Message, Task
-from envs.mcp.env import McpEnv
+from gymflow.envs.contract import Message, Task
+from gymflow.envs.mcp.env import McpEnv
+from gymflow.workers.worker import RunningWorker
 from support import COUNTER_SERVER, ScriptedPolicy, call, play
-from workers.worker import RunningWorker
 
 REWARD = '''
 from pathlib import Path

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.mcp.env import McpEnv
-from envs.registry import EnvFileError, env_class
+from gymflow.envs.mcp.env import McpEnv
+from gymflow.envs.registry import EnvFileError, env_class
 
 SERVER = '''
 import json, os, sys
@@ -86,14 +86,14 @@ def test_command_and_cwd_are_relative_to_the_env_file(toy: Path) -> None:
     path = write(toy, """
         mcpServers:
           script: {command: ./run.sh, cwd: data}
-          bare: {command: mcp-server-calculator, args: [-m, envs.math.servers.calculator, UTC]}
+          bare: {command: mcp-server-calculator, args: [-m, gymflow.envs.builtin.math.servers.calculator, UTC]}
           inside: {command: python, cwd: "{workspace}/sub", args: [-m, x]}
         """)  # fmt: skip
     assert server_config(path, "script")["command"] == str(toy / "run.sh")
     assert server_config(path, "script")["cwd"] == str(toy / "data")
     assert server_config(path, "bare") == {
         "command": "mcp-server-calculator",
-        "args": ["-m", "envs.math.servers.calculator", "UTC"],
+        "args": ["-m", "gymflow.envs.builtin.math.servers.calculator", "UTC"],
     }
     assert server_config(path, "inside")["cwd"] == "{workspace}/sub"  # filled in per rollout
 

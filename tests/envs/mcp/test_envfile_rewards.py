@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from envs.contract import InfraError, Message, Task
-from envs.mcp.env import McpEnv
-from envs.mcp.library_reward import LibraryReward, LibraryRewardSpec, extracted
-from envs.registry import EnvFileError
+from gymflow.envs.contract import InfraError, Message, Task
+from gymflow.envs.mcp.env import McpEnv
+from gymflow.envs.mcp.library_reward import LibraryReward, LibraryRewardSpec, extracted
+from gymflow.envs.registry import EnvFileError
+from gymflow.workers.worker import RunningWorker
 from support import COUNTER_SERVER, ScriptedPolicy, call, play
-from workers.worker import RunningWorker
 
 SERVERS = f"""
 mcpServers:
@@ -71,7 +71,7 @@ async def test_default_reward_compares_the_final_answer(tmp_path: Path, text: st
 
 
 def test_a_library_function_as_a_plain_reward_is_refused_when_the_file_loads(tmp_path: Path) -> None:
-    path = env_file(tmp_path, "reward: envs.rewards.text:exact_match\n")
+    path = env_file(tmp_path, "reward: gymflow.envs.rewards.text:exact_match\n")
     with pytest.raises(EnvFileError) as info:
         load(path, tmp_path)
     message = str(info.value)

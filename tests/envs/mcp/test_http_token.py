@@ -9,8 +9,8 @@ import httpx
 import pytest
 from mcp_support import HTTP_COUNTER, MakeEnv
 
-from envs.mcp.config import McpServerConfig
-from envs.mcp.http import TOKEN_PREFIX
+from gymflow.envs.mcp.config import McpServerConfig
+from gymflow.envs.mcp.http import TOKEN_PREFIX
 
 TOKEN_COUNTER = {**HTTP_COUNTER, "bearer_token": True}
 INITIALIZE = {

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from mcp_support import HTTP_COUNTER, ROOT, MakeEnv, wait_until
 
-from envs.mcp.ledger import reap_orphans, start_time
+from gymflow.envs.mcp.ledger import reap_orphans, start_time
 
 DEAD_WORKER = """
 import asyncio, json, sys
 from pathlib import Path
-from envs.mcp.env import McpEnv
+from gymflow.envs.mcp.env import McpEnv
 
 async def main():
     env = McpEnv(workspace_root=Path(sys.argv[1]), servers={"counter": json.loads(sys.argv[2])}, pool_size=1)

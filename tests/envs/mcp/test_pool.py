@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from mcp_support import MakeEnv, wait_until
 
-from envs.contract import InfraError
-from envs.mcp.pool import MAX_CONSECUTIVE_FAILURES
+from gymflow.envs.contract import InfraError
+from gymflow.envs.mcp.pool import MAX_CONSECUTIVE_FAILURES
 
 
 def pooled_pids(env) -> set[int]:  # type: ignore[no-untyped-def]

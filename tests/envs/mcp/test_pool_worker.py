@@ -9,10 +9,10 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from envs.contract import Message, Task
-from envs.mcp.env import McpEnv
+from gymflow.envs.contract import Message, Task
+from gymflow.envs.mcp.env import McpEnv
+from gymflow.workers.worker import running_worker
 from support import ScriptedPolicy, call, make_settings, play
-from workers.worker import running_worker
 
 
 async def test_pooled_worker_recovers_a_killed_server(client: Client, tmp_path: Path) -> None:

@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 from mcp_support import MakeEnv
 
-from envs.contract import InfraError
-from envs.mcp.transport import STDERR_TAIL_BYTES, log_tail
+from gymflow.envs.contract import InfraError
+from gymflow.envs.mcp.transport import STDERR_TAIL_BYTES, log_tail
 
 ROOT = Path(__file__).parents[3]
 
 POLICY = """
-from envs.contract import Message
-from envs.policy import Policy
+from gymflow.envs.contract import Message
+from gymflow.envs.policy import Policy
 
 class Guess(Policy):
     name = "guess"
@@ -50,7 +50,7 @@ def dying_server(path: Path, marker: str, *, noise_lines: int = 0, code: int = 3
 
 def cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "workers.cli", *args], capture_output=True, text=True, timeout=180, cwd=cwd,
+        [sys.executable, "-m", "gymflow.workers.cli", *args], capture_output=True, text=True, timeout=180, cwd=cwd,
         env={**os.environ, **(env or {})}, check=False,
     )  # fmt: skip
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from mcp_support import ROOT, third_party
 
-from envs.contract import Message, ToolSpec
-from envs.mcp.env import McpEnv
-from envs.policy import Policy
+from gymflow.envs.contract import Message, ToolSpec
+from gymflow.envs.mcp.env import McpEnv
+from gymflow.envs.policy import Policy
+from gymflow.workers.servers.policy import PolicyServer
 from support import call
-from workers.policy_server import PolicyServer
 
 REWARD = '''
 import re
@@ -84,7 +84,7 @@ async def test_gymflow_rollout_runs_an_env_file_of_a_pypi_server(temporal_addres
     path = write_env(tmp_path, third_party("calculator"))
     async with PolicyServer(CalculatePolicy()) as policy:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "workers.cli", "rollout", str(path), "--n", "3", "--json",
+            sys.executable, "-m", "gymflow.workers.cli", "rollout", str(path), "--n", "3", "--json",
             "--address", temporal_address, "--task-queue", f"third-party-{os.getpid()}-{id(path)}",
             "--model-url", policy.url,
             cwd=ROOT,

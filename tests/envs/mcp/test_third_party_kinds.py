@@ -16,14 +16,14 @@ from pathlib import Path
 from mcp_support import third_party
 from temporalio.client import Client
 
-from activities.model import ModelConfig
-from envs.contract import Message, Task, ToolSpec
-from envs.policy import Policy
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.contract import Message, Task, ToolSpec
+from gymflow.envs.policy import Policy
+from gymflow.workers.sdk.client import run_rollout
+from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.schema import RolloutInput, RolloutResult
 from support import call
-from workers.client import run_rollout
-from workers.policy_server import PolicyServer
-from workers.worker import RunningWorker
-from workflows.schema import RolloutInput, RolloutResult
 
 
 async def run_all(

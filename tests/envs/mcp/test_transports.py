@@ -17,9 +17,9 @@ import mcp_types
 import pytest
 from mcp_support import HTTP_COUNTER, MakeEnv, wait_until
 
-from envs.contract import InfraError, ToolResult
-from envs.mcp.content import apply_parser, load_parser, render_result
-from envs.mcp.http import free_port
+from gymflow.envs.contract import InfraError, ToolResult
+from gymflow.envs.mcp.content import apply_parser, load_parser, render_result
+from gymflow.envs.mcp.http import free_port
 from support import COUNTER_SERVER
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from mcp_support import MakeEnv
 
-from envs.mcp import workspace as ws
+from gymflow.envs.mcp import workspace as ws
 
 ESCAPES = ["../outside.txt", "a/../../outside.txt", "/etc/passwd", "//etc/passwd", "a\x00b"]
 

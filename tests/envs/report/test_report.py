@@ -1,4 +1,4 @@
-"""envs.report and its files: the numbers are envs.stats' numbers, infra failures are counted (never 0),
+"""envs.eval.report and its files: the numbers are envs.eval.stats' numbers, infra failures are counted (never 0),
 and the HTML page names what was compared, links it, and plots both sides on sensible axes."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from envs import stats
-from envs.contract import Reward, TerminationReason, Trajectory
-from envs.report import BatchRef
-from envs.report.svg import axis_range, nice_ticks
-from workers.report import summarize, write_report
+from gymflow.envs.contract import Reward, TerminationReason, Trajectory
+from gymflow.envs.eval import stats
+from gymflow.envs.eval.report import BatchRef
+from gymflow.envs.eval.svg import axis_range, nice_ticks
+from gymflow.workers.cli.report import summarize, write_report
 
 
 def _traj(rollout_id: str, task_id: str, reward: float | None, reason: TerminationReason) -> Trajectory:

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envs.math import rewards as math_rewards
-from envs.rewards import extract
-from envs.rewards.extract import (
+from gymflow.envs.builtin.math import rewards as math_rewards
+from gymflow.envs.rewards import extract
+from gymflow.envs.rewards.extract import (
     extract_answer,
     extract_boxed,
     extract_tag,

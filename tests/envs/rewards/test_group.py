@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envs.contract import Message
-from envs.rewards.group import (
+from gymflow.envs.contract import Message
+from gymflow.envs.rewards.group import (
     completion_text,
     diversity_scale,
     group_advantages,

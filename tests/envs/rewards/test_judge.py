@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envs.contract import Message, ToolCall
-from envs.rewards.judge import (
+from gymflow.envs.contract import Message, ToolCall
+from gymflow.envs.rewards.judge import (
     MAX_REPLY_CHARS,
     SYSTEM_PROMPT,
     JudgeParseError,
@@ -17,7 +17,7 @@ from envs.rewards.judge import (
     render_transcript,
     verdict_reward,
 )
-from envs.rewards.rubric import Criterion, Rubric
+from gymflow.envs.rewards.rubric import Criterion, Rubric
 
 RUBRIC = Rubric(
     criteria=[

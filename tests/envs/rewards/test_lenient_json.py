@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envs.rewards.lenient_json import MAX_DEPTH, LenientJSONError, json_candidates, loads_lenient
+from gymflow.envs.rewards.lenient_json import MAX_DEPTH, LenientJSONError, json_candidates, loads_lenient
 
 JSON_VALUES = st.recursive(
     st.none()

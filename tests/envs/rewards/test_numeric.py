@@ -4,9 +4,9 @@ from fractions import Fraction
 
 import pytest
 
-from envs.math import rewards as math_rewards
-from envs.rewards import numeric
-from envs.rewards.numeric import math_equivalent, numeric_close
+from gymflow.envs.builtin.math import rewards as math_rewards
+from gymflow.envs.rewards import numeric
+from gymflow.envs.rewards.numeric import math_equivalent, numeric_close
 
 
 def test_math_env_reuses_the_library() -> None:

@@ -3,8 +3,8 @@
 import pytest
 from pydantic import ValidationError
 
-from envs.contract import Reward
-from envs.rewards.rubric import Criterion, Rubric, aggregate, criterion_key
+from gymflow.envs.contract import Reward
+from gymflow.envs.rewards.rubric import Criterion, Rubric, aggregate, criterion_key
 
 
 def _rubric(*criteria: Criterion) -> Rubric:

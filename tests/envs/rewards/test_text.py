@@ -2,7 +2,7 @@
 
 import pytest
 
-from envs.rewards.text import exact_match, normalize_answer, normalized_match, set_iou, split_items, token_f1
+from gymflow.envs.rewards.text import exact_match, normalize_answer, normalized_match, set_iou, split_items, token_f1
 
 
 @pytest.mark.parametrize(

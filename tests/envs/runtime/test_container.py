@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from container_support import STATE_ROOT, leftovers
 
-from envs.runtime.base import Limits, RolloutSpec
-from envs.runtime.container import ContainerRuntime
-from envs.runtime.reaper import node_containers, orphans, reap
+from gymflow.envs.runtime.base import Limits, RolloutSpec
+from gymflow.envs.runtime.container import ContainerRuntime
+from gymflow.envs.runtime.reaper import node_containers, orphans, reap
 
 LIMITS = Limits(cpus=1, memory_mb=256, storage_mb=128, pids=64)
 
@@ -169,8 +169,8 @@ async def test_reaper_removes_what_a_dead_worker_left(base_image: str, tmp_path:
 
 
 def test_docker_is_refused_with_a_clear_error() -> None:
-    from envs.errors import UserError
-    from envs.runtime.engine import Engine
+    from gymflow.envs.errors import UserError
+    from gymflow.envs.runtime.engine import Engine
 
     with pytest.raises(UserError, match="needs podman"):
         ContainerRuntime(node_id="n", state_root=STATE_ROOT, engine=Engine(sys.executable, kind="docker"))

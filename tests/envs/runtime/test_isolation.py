@@ -8,9 +8,9 @@ from pathlib import Path
 
 from mcp import Client
 
-from envs.runtime.base import Limits, RolloutSpec
-from envs.runtime.container import ContainerRuntime, ContainerSandbox
-from envs.runtime.terminal import build_server
+from gymflow.envs.runtime.base import Limits, RolloutSpec
+from gymflow.envs.runtime.container import ContainerRuntime, ContainerSandbox
+from gymflow.envs.runtime.terminal import build_server
 
 LIMITS = Limits(cpus=1, memory_mb=128, storage_mb=96, pids=64)
 

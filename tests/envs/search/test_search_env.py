@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from envs.contract import DatasetError, Message, Task
-from envs.datagen.corpus import Document, chunk_document, decode_document
-from envs.datagen.filters import MinHashDedup
-from envs.datagen.generate import Candidate, offline_draft
-from envs.math.policy import play
-from envs.policy import NullPolicy
-from envs.search.data import validate_task
-from envs.search.env import SearchEnv
-from envs.search.policy import RetrievePolicy
-from envs.search.rewards import search_reward
-from envs.search.servers import search as server_module
+from gymflow.envs.builtin.math.policy import play
+from gymflow.envs.builtin.search.data import validate_task
+from gymflow.envs.builtin.search.env import SearchEnv
+from gymflow.envs.builtin.search.policy import RetrievePolicy
+from gymflow.envs.builtin.search.rewards import search_reward
+from gymflow.envs.builtin.search.servers import search as server_module
+from gymflow.envs.contract import DatasetError, Message, Task
+from gymflow.envs.datagen.corpus import Document, chunk_document, decode_document
+from gymflow.envs.datagen.filters import MinHashDedup
+from gymflow.envs.datagen.generate import Candidate, offline_draft
+from gymflow.envs.policy import NullPolicy
 
 SAMPLE = Path(__file__).parents[3] / "envs" / "search" / "sample_corpus"
 
@@ -141,7 +141,7 @@ async def test_retrieve_policy_scores_well_above_null(corpus_file: Path) -> None
 
 
 def test_env_registry_and_policies() -> None:
-    from envs.registry import env_class
+    from gymflow.envs.registry import env_class
 
     assert env_class("search") is SearchEnv
     assert SearchEnv.baseline_policy().name == "retrieve" and SearchEnv.baseline_policy("null").name == "null"
@@ -150,7 +150,7 @@ def test_env_registry_and_policies() -> None:
 
 
 def test_the_generated_dataset_is_the_shipped_sample(corpus_file: Path) -> None:
-    from envs.search.data import SAMPLE_CORPUS, SAMPLE_CORPUS_URI, local_corpus, read_corpus
+    from gymflow.envs.builtin.search.data import SAMPLE_CORPUS, SAMPLE_CORPUS_URI, local_corpus, read_corpus
 
     tasks = list(SearchEnv.load_dataset("generated"))
     assert len(tasks) == 80 and len({t.id for t in tasks}) == 80

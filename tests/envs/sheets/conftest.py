@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from envs.contract import Task
-from envs.sheets import generate
-from envs.sheets.env import SheetsEnv
-from envs.sheets.generate import CACHE_ENV
-from envs.sheets.isolation import choose
+from gymflow.envs.builtin.sheets import generate
+from gymflow.envs.builtin.sheets.env import SheetsEnv
+from gymflow.envs.builtin.sheets.generate import CACHE_ENV
+from gymflow.envs.builtin.sheets.isolation import choose
+from gymflow.envs.contract import Task
 
 NEEDS_BWRAP = "needs bubblewrap: apt-get install bubblewrap"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import openpyxl
 import pytest
 
-from envs.sheets import book, data
-from envs.sheets.book import Area, BookError, normalize, parse_position, same
+from gymflow.envs.builtin.sheets import book, data
+from gymflow.envs.builtin.sheets.book import Area, BookError, normalize, parse_position, same
 
 
 def test_answer_positions() -> None:

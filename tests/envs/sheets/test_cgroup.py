@@ -1,4 +1,4 @@
-"""Per-run pids cgroups (`envs.sheets.cgroup`) on this machine's real cgroup filesystem.
+"""Per-run pids cgroups (`gymflow.envs.builtin.sheets.cgroup`) on this machine's real cgroup filesystem.
 
 Each test that needs a pids cgroup skips, saying why, where this process cannot make one (not
 root, no pids controller, a v2 cgroup that cannot delegate it). The parsing of /proc/self/cgroup
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.sheets import cgroup
-from envs.sheets.isolation import CGROUP_FIX, choose
-from envs.sheets.sandbox import Guarantee, Level, guarantees, is_root, probe
+from gymflow.envs.builtin.sheets import cgroup
+from gymflow.envs.builtin.sheets.isolation import CGROUP_FIX, choose
+from gymflow.envs.builtin.sheets.sandbox import Guarantee, Level, guarantees, is_root, probe
 
 
 @pytest.fixture
@@ -96,7 +96,7 @@ def test_without_a_cgroup_bwrap_as_root_runs_no_model_code(tmp_path: Path, monke
     real = probe(Level.BWRAP, own_uid=False)
     if real is not None:
         pytest.skip(f"bwrap does not work here ({real}): needs bubblewrap: apt-get install bubblewrap")
-    from envs.sheets.confine import BWRAP_ENV, bwrap_binary
+    from gymflow.envs.builtin.sheets.confine import BWRAP_ENV, bwrap_binary
 
     wrapper = tmp_path / "bwrap"  # the real bubblewrap, except that dropping the uid fails
     wrapper.write_text(
@@ -113,7 +113,7 @@ def test_without_a_cgroup_bwrap_as_root_runs_no_model_code(tmp_path: Path, monke
     refused = choose()
     assert refused.refuse_code and refused.fix == CGROUP_FIX
     assert "nothing bounds root's processes without a pids cgroup" in refused.why
-    from envs.sheets.env import SheetsEnv
+    from gymflow.envs.builtin.sheets.env import SheetsEnv
 
     problem = SheetsEnv.unavailable()
     assert problem is not None and "pids cgroup" in problem.fix

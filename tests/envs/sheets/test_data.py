@@ -10,9 +10,9 @@ from typing import Any
 import openpyxl
 import pytest
 
-from envs.contract import DatasetError, Task
-from envs.sheets import data, generate
-from envs.sheets.families import FAMILIES
+from gymflow.envs.builtin.sheets import data, generate
+from gymflow.envs.builtin.sheets.families import FAMILIES
+from gymflow.envs.contract import DatasetError, Task
 
 
 def _bench(tmp_path: Path, rows: list[dict[str, Any]], *, files: bool = True) -> Path:

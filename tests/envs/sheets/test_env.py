@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from envs.contract import Task, ToolResult
-from envs.mcp.play import play, play_tasks
-from envs.policy import NullPolicy
-from envs.registry import env_class
-from envs.sheets.env import SheetsEnv
-from envs.sheets.policy import ReferencePolicy
-from envs.sheets.sandbox import Guarantee
+from gymflow.envs.builtin.sheets.env import SheetsEnv
+from gymflow.envs.builtin.sheets.policy import ReferencePolicy
+from gymflow.envs.builtin.sheets.sandbox import Guarantee
+from gymflow.envs.contract import Task, ToolResult
+from gymflow.envs.mcp.play import play, play_tasks
+from gymflow.envs.policy import NullPolicy
+from gymflow.envs.registry import env_class
 
 
 def test_registered_with_baselines() -> None:

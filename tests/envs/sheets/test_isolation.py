@@ -25,11 +25,11 @@ from pathlib import Path
 import pytest
 from process_census import SPAWN_200, UNBOUNDED, Census, programs_left
 
-from envs.contract import Task, ToolResult
-from envs.sheets.confine import BWRAP_ENV
-from envs.sheets.env import SheetsEnv, server_config
-from envs.sheets.isolation import SANDBOX_ENV, choose
-from envs.sheets.sandbox import REQUIRE_ENV, Guarantee, Level, Limits, guarantees, is_root, probe
+from gymflow.envs.builtin.sheets.confine import BWRAP_ENV
+from gymflow.envs.builtin.sheets.env import SheetsEnv, server_config
+from gymflow.envs.builtin.sheets.isolation import SANDBOX_ENV, choose
+from gymflow.envs.builtin.sheets.sandbox import REQUIRE_ENV, Guarantee, Level, Limits, guarantees, is_root, probe
+from gymflow.envs.contract import Task, ToolResult
 
 REPO = Path(__file__).resolve().parents[3]
 MARKER = "gymflow-isolation-secret-7d1f"
@@ -208,7 +208,7 @@ def test_weaker_levels_need_the_explicit_opt_out(monkeypatch: pytest.MonkeyPatch
 def test_the_cli_refuses_an_env_that_cannot_work_here(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from workers.cli import main
+    from gymflow.workers.cli.main import main
 
     monkeypatch.setenv(BWRAP_ENV, "/nonexistent")
     monkeypatch.delenv(SANDBOX_ENV, raising=False)
@@ -218,7 +218,7 @@ def test_the_cli_refuses_an_env_that_cannot_work_here(
         assert err.count("\n") == 1 and err.startswith("gymflow: sheets cannot work on this node:"), err
         assert "bubblewrap" in err and "Fix: install bubblewrap (apt-get install bubblewrap)" in err
     monkeypatch.setenv(SANDBOX_ENV, "unsafe-rlimits")  # the opt-out still runs: a warning, no refusal
-    from workers.commands import preflight
+    from gymflow.workers.cli.commands import preflight
 
     if SheetsEnv.unavailable() is None:
         preflight("sheets")

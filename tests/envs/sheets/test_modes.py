@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.sheets.confine import BWRAP_ENV, which
-from envs.sheets.sandbox import Level, detect, is_root, probe
+from gymflow.envs.builtin.sheets.confine import BWRAP_ENV, which
+from gymflow.envs.builtin.sheets.sandbox import Level, detect, is_root, probe
 
 REPO = Path(__file__).resolve().parents[3]
 TOOLS = ("setpriv", "prlimit", "unshare", "bwrap", "kill", "sh")
@@ -56,7 +56,7 @@ def test_a_path_of_symlinked_tools_does_not_change_the_mode(tmp_path: Path) -> N
     shims.mkdir()
     for tool in TOOLS:
         (shims / tool).symlink_to(which(tool))
-    code = "from envs.sheets.sandbox import detect\nlevel, own = detect()\nprint(level, own)"
+    code = "from gymflow.envs.builtin.sheets.sandbox import detect\nlevel, own = detect()\nprint(level, own)"
     env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"}
     done = subprocess.run(
         [sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=REPO, env=env, timeout=120
@@ -74,7 +74,7 @@ def test_a_mode_passed_over_is_logged_once_with_why(
     broken.write_text(f"#!/bin/sh\necho 'bwrap: setting up uid map in {tmp_path}: Permission denied' >&2\nexit 1\n")
     broken.chmod(0o755)
     monkeypatch.setenv(BWRAP_ENV, str(broken))
-    with caplog.at_level(logging.INFO, logger="envs.sheets.sandbox"):
+    with caplog.at_level(logging.INFO, logger="gymflow.envs.builtin.sheets.sandbox"):
         level, own_uid = detect()
         first = [r.getMessage() for r in caplog.records]
         caplog.clear()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from envs.contract import Message, Task, ToolSpec
-from envs.sheets.generate import spec
-from envs.sheets.policy import ReferencePolicy, reference_program
+from gymflow.envs.builtin.sheets.generate import spec
+from gymflow.envs.builtin.sheets.policy import ReferencePolicy, reference_program
+from gymflow.envs.contract import Message, Task, ToolSpec
 
 TOOLS = [ToolSpec(name=n) for n in ("run_python", "read_range", "write_cells", "describe_workbook")]
 

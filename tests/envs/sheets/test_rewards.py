@@ -8,10 +8,10 @@ from pathlib import Path
 import openpyxl
 import pytest
 
-from envs.contract import Task
-from envs.sheets import book
-from envs.sheets.book import BookError
-from envs.sheets.rewards import Expected, expected_from, extract_output, score
+from gymflow.envs.builtin.sheets import book
+from gymflow.envs.builtin.sheets.book import BookError
+from gymflow.envs.builtin.sheets.rewards import Expected, expected_from, extract_output, score
+from gymflow.envs.contract import Task
 
 EXPECTED = Expected(
     areas=[["Data", "C1:C2"], ["New Sheet", "A1"]],

@@ -8,17 +8,17 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from envs.contract import Message, Task, TerminationReason
-from envs.policy import NullPolicy
-from envs.registry import register
-from envs.sheets.confine import BWRAP_ENV
-from envs.sheets.env import SheetsEnv
-from envs.sheets.generate import spec
-from envs.sheets.isolation import SANDBOX_ENV
-from envs.sheets.policy import ReferencePolicy
-from envs.sheets.sandbox import Guarantee, Limits
+from gymflow.envs.builtin.sheets.confine import BWRAP_ENV
+from gymflow.envs.builtin.sheets.env import SheetsEnv
+from gymflow.envs.builtin.sheets.generate import spec
+from gymflow.envs.builtin.sheets.isolation import SANDBOX_ENV
+from gymflow.envs.builtin.sheets.policy import ReferencePolicy
+from gymflow.envs.builtin.sheets.sandbox import Guarantee, Limits
+from gymflow.envs.contract import Message, Task, TerminationReason
+from gymflow.envs.policy import NullPolicy
+from gymflow.envs.registry import register
+from gymflow.workers.worker import RunningWorker
 from support import ScriptedPolicy, call, play
-from workers.worker import RunningWorker
 
 
 class FastSheetsEnv(SheetsEnv):

@@ -20,10 +20,9 @@ from pathlib import Path
 import pytest
 from process_census import SPAWN_200, UNBOUNDED, Census, leftover_cgroups, programs_left
 
-from envs.mcp.workspace import usage
-from envs.sheets import cgroup
-from envs.sheets.runs import WRAPPER_TASKS
-from envs.sheets.sandbox import (
+from gymflow.envs.builtin.sheets import cgroup
+from gymflow.envs.builtin.sheets.runs import WRAPPER_TASKS
+from gymflow.envs.builtin.sheets.sandbox import (
     MB,
     REQUIRE_ENV,
     Guarantee,
@@ -36,6 +35,7 @@ from envs.sheets.sandbox import (
     is_root,
     probe,
 )
+from gymflow.envs.mcp.workspace import usage
 
 SMALL = Limits(cpu_s=2, wall_s=30.0, memory_mb=512, file_mb=2, processes=16, output_chars=2000)
 """The wall limit is generous: CI machines are shared and loaded; only the sleep test relies on it."""
@@ -257,7 +257,7 @@ def test_workspace_modules_do_not_shadow_libraries(sandbox: Sandbox, workspace: 
 def test_run_from_a_threaded_server_process(workspace: Path) -> None:
     """The MCP server calls run() from worker threads; the default sandbox works there too."""
     code = (
-        "import threading\nfrom pathlib import Path\nfrom envs.sheets.sandbox import Sandbox\n"
+        "import threading\nfrom pathlib import Path\nfrom gymflow.envs.builtin.sheets.sandbox import Sandbox\n"
         "box = Sandbox()\nout = []\n"
         f"t = threading.Thread(target=lambda: out.append(box.run('print(1)', workspace=Path({str(workspace)!r}))))\n"
         "t.start(); t.join()\nprint(out[0].stdout.strip(), box.level)"

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from envs.math.policy import CalculatorPolicy
-from workers.integrations.examples.session_episode import play_one_episode
-from workers.integrations.examples.skyrl_episode import skyrl_episode
-from workers.integrations.examples.stream_groups import train_on_groups
-from workers.policy_server import PolicyServer
-from workers.worker import RunningWorker
+from gymflow.envs.builtin.math.policy import CalculatorPolicy
+from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workers.trainers.integrations.examples.session_episode import play_one_episode
+from gymflow.workers.trainers.integrations.examples.skyrl_episode import skyrl_episode
+from gymflow.workers.trainers.integrations.examples.stream_groups import train_on_groups
+from gymflow.workers.worker import RunningWorker
 
 ROOT = Path(__file__).parents[3]
 EXAMPLES = sorted((ROOT / "workers" / "integrations" / "examples").glob("[!_]*.py"))

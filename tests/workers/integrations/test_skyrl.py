@@ -19,18 +19,18 @@ import skyrl_gym
 from omegaconf import OmegaConf
 from pydantic import ValidationError
 
-from activities.env import ComputeRewardInput
-from envs import chat
-from envs.contract import Message, Task, ToolCall, ToolSpec
-from envs.math.data import generate_tasks
-from envs.math.policy import CalculatorPolicy
-from envs.policy import Policy
-from envs.sheets.env import SheetsEnv
-from envs.sheets.generate import CACHE_ENV
-from envs.sheets.isolation import choose
-from envs.sheets.policy import ReferencePolicy
-from workers.integrations.skyrl import GymflowTextEnv, dataset_row
-from workers.worker import RunningWorker
+from gymflow.activities.env import ComputeRewardInput
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.builtin.math.policy import CalculatorPolicy
+from gymflow.envs.builtin.sheets.env import SheetsEnv
+from gymflow.envs.builtin.sheets.generate import CACHE_ENV
+from gymflow.envs.builtin.sheets.isolation import choose
+from gymflow.envs.builtin.sheets.policy import ReferencePolicy
+from gymflow.envs.contract import Message, Task, ToolCall, ToolSpec
+from gymflow.envs.policy import Policy
+from gymflow.envs.wire import chat
+from gymflow.workers.trainers.integrations.skyrl import GymflowTextEnv, dataset_row
+from gymflow.workers.worker import RunningWorker
 
 NO_OP_SHEET = "import openpyxl\nwb = openpyxl.load_workbook('input.xlsx')\nwb.save('output.xlsx')\n"
 

@@ -1,0 +1,1 @@
+"""The built-in environments: math, sheets, search, crm, harbor."""

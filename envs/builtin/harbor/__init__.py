@@ -1,0 +1,1 @@
+"""Harbor-format tasks: loading task directories (`.task`) and running their verifier (`.verifier`)."""

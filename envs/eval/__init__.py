@@ -1,0 +1,1 @@
+"""Evaluation statistics and reports."""

@@ -1,1 +1,0 @@
-"""Harbor-format tasks: loading task directories (envs.harbor.task), running their verifier (envs.harbor.verifier)."""

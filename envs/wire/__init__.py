@@ -1,0 +1,1 @@
+"""The model wire: contract messages <-> chat formats, tool images, token data."""

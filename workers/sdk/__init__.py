@@ -1,0 +1,1 @@
+"""The Python SDK: clients, groups, sessions, evals, datasets and the trainer contract."""

@@ -1,0 +1,265 @@
+"""The Python SDK: connect to Temporal with gymflow's data converter, start and await rollouts.
+
+The data converter is temporalio's pydantic converter with two changes. A payload that fails
+validation (say, `temporal workflow start --input` JSON with a missing field) raises a
+non-retryable `ApplicationError(type="InvalidInput")` naming the field. Raised while decoding a
+workflow's input, that fails the workflow at once instead of failing its workflow task forever.
+And the payloads every turn of a rollout carries (`Wire.compact_json`: activity inputs and
+results, the rollout's input) are written without the fields that hold their defaults
+(`"tool_calls": []`, `"is_error": false`, `"token_prefix": null`, ...): decoding fills them in
+again, so the values are the same, and a rollout's history, what the Temporal server stores and
+sends for every workflow task, is smaller (a 10-turn bench rollout: 23.0 KiB, not 27.1). Results people read as raw
+JSON (the trajectory, a group's result) stay whole. The price: such a default is a wire contract,
+changed only as a new field would be.
+
+`data_converter(settings)` adds what the deployment's configuration asks for, in the order the
+SDK applies them: payload encryption (gymflow.workers.servers.codec, `GYMFLOW_ENCRYPTION_KEY`), then external
+storage of large payloads in S3 (`GYMFLOW_PAYLOAD_STORAGE_URI`), so what S3 holds is encrypted
+too. Workers and clients of one deployment must agree on both.
+
+    client = await gymflow_client.connect("localhost:7233")
+    result = await gymflow_client.run_rollout(client, RolloutInput(env="math", task=task))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import temporalio.api.common.v1
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.common import TypedSearchAttributes
+from temporalio.contrib.aws.s3driver import S3StorageDriver
+from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
+from temporalio.converter import (
+    CompositePayloadConverter,
+    DataConverter,
+    DefaultPayloadConverter,
+    ExternalStorage,
+    JSONPlainPayloadConverter,
+)
+from temporalio.exceptions import ApplicationError
+
+from gymflow.activities.errors import INVALID_INPUT
+from gymflow.activities.storage import Boto3StorageDriverClient, parse_s3_uri, s3_client
+from gymflow.envs.contract import Task, Trajectory, Wire
+from gymflow.workers.config import Settings
+from gymflow.workers.logs import core_runtime
+from gymflow.workers.servers.codec import CodecKeyError, EncryptionCodec
+from gymflow.workflows import names
+from gymflow.workflows.rollout import RolloutWorkflow
+from gymflow.workflows.schema import (
+    GroupResult,
+    RolloutInput,
+    RolloutOptions,
+    RolloutResult,
+    initial_search_attributes,
+    rollout_memo,
+)
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """`field.path: message` for every problem, one line."""
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(root)"
+        problems.append(f"{where}: {err['msg']}")
+    return f"invalid {exc.title}: " + "; ".join(problems)
+
+
+class _ValidatingJSONConverter(PydanticJSONPlainPayloadConverter):
+    def to_payload(self, value: Any) -> temporalio.api.common.v1.Payload | None:
+        if isinstance(value, Wire) and value.compact_json:
+            data = value.__pydantic_serializer__.to_json(value, exclude_defaults=True)
+            return temporalio.api.common.v1.Payload(metadata={"encoding": self.encoding.encode()}, data=data)
+        return super().to_payload(value)
+
+    def from_payload(self, payload: temporalio.api.common.v1.Payload, type_hint: type | None = None) -> Any:
+        try:
+            return super().from_payload(payload, type_hint)
+        except ValidationError as exc:
+            raise ApplicationError(describe_validation_error(exc), type=INVALID_INPUT, non_retryable=True) from None
+
+
+class GymflowPayloadConverter(CompositePayloadConverter):
+    """temporalio's pydantic payload converter, with validation errors made workflow failures."""
+
+    def __init__(self) -> None:
+        json_converter = _ValidatingJSONConverter()
+        super().__init__(
+            *(
+                json_converter if isinstance(c, JSONPlainPayloadConverter) else c
+                for c in DefaultPayloadConverter.default_encoding_payload_converters
+            )
+        )
+
+
+DATA_CONVERTER = DataConverter(payload_converter_class=GymflowPayloadConverter)
+"""The one data converter of worker, CLI, SDK and tests (plain: no encryption, no external storage)."""
+
+
+async def with_messages(client: Client, group: GroupResult) -> GroupResult:
+    """`group` with the conversations it left out of its result (`messages_omitted`, a group too
+    large to return inline) read back from its rollout workflows."""
+    if not group.messages_omitted:
+        return group
+
+    async def read(trajectory: Trajectory) -> Trajectory:
+        handle = client.get_workflow_handle(trajectory.rollout_id, result_type=Trajectory)
+        try:
+            full = await handle.result()
+        except WorkflowFailureError:  # a rollout that failed outright has no conversation
+            return trajectory
+        return trajectory.model_copy(update={"messages": full.messages, "tokens": full.tokens})
+
+    trajectories = await asyncio.gather(*(read(t) for t in group.trajectories))
+    return group.model_copy(update={"trajectories": list(trajectories), "messages_omitted": False})
+
+
+def external_storage(settings: Settings) -> ExternalStorage | None:
+    """S3 external storage of large payloads, if `payload_storage_uri` is set.
+
+    Raises:
+        gymflow.activities.storage.StorageError: The URI is not s3://bucket[/prefix].
+    """
+    if not settings.payload_storage_uri:
+        return None
+    bucket, prefix = parse_s3_uri(settings.payload_storage_uri)
+    client = Boto3StorageDriverClient(s3_client(endpoint_url=settings.s3_endpoint_url), prefix=prefix)
+    return ExternalStorage(
+        drivers=[S3StorageDriver(client=client, bucket=bucket)],
+        payload_size_threshold=settings.payload_storage_threshold,
+    )
+
+
+def encryption_codec(settings: Settings) -> EncryptionCodec | None:
+    """The payload encryption codec, if `encryption_key` is set.
+
+    Raises:
+        gymflow.workers.servers.codec.CodecKeyError: A key is malformed (the message never shows it).
+    """
+    if settings.encryption_key is None:
+        return None
+    current = settings.encryption_key.get_secret_value()
+    previous = settings.decryption_keys.get_secret_value() if settings.decryption_keys else None
+    for variable, keys in (("GYMFLOW_ENCRYPTION_KEY", None), ("GYMFLOW_DECRYPTION_KEYS", previous)):
+        try:
+            codec = EncryptionCodec.from_specs(current, keys)
+        except CodecKeyError as exc:  # say which variable (never the key)
+            raise CodecKeyError(f"{variable}: {exc}") from None
+    return codec
+
+
+def data_converter(settings: Settings) -> DataConverter:
+    """gymflow's data converter with the encryption and external storage `settings` configure."""
+    codec, storage = encryption_codec(settings), external_storage(settings)
+    if codec is None and storage is None:
+        return DATA_CONVERTER
+    return dataclasses.replace(DATA_CONVERTER, payload_codec=codec, external_storage=storage)
+
+
+async def connect(
+    address: str = "localhost:7233", *, namespace: str = "default", data_converter: DataConverter | None = None
+) -> Client:
+    """A Temporal client with gymflow's data converter (or `data_converter(settings)`'s).
+
+    Its runtime forwards the SDK core's log lines to the `temporalio.core` Python logger
+    (gymflow.workers.logs), so they never reach stdout.
+    """
+    return await Client.connect(
+        address, namespace=namespace, data_converter=data_converter or DATA_CONVERTER, runtime=core_runtime()
+    )
+
+
+def rollout_id_for(task_id: str) -> str:
+    """A fresh workflow id for a rollout of `task_id`."""
+    return f"rollout-{task_id}-{uuid.uuid4().hex[:8]}"
+
+
+async def start_rollout(
+    client: Client,
+    input: RolloutInput,
+    *,
+    task_queue: str = names.TASK_QUEUE,
+    workflow_id: str | None = None,
+) -> WorkflowHandle[Any, RolloutResult]:
+    """Start a RolloutWorkflow; search attributes are set at start so the UI can filter at once."""
+    return await client.start_workflow(
+        RolloutWorkflow.run,
+        input,
+        id=workflow_id or rollout_id_for(input.task.id),
+        task_queue=task_queue,
+        search_attributes=TypedSearchAttributes(initial_search_attributes(input)),
+        memo=rollout_memo(input),
+        static_summary=f"{input.env} rollout of task {input.task.id}",
+    )
+
+
+async def run_rollout(
+    client: Client, input: RolloutInput, *, task_queue: str = names.TASK_QUEUE, workflow_id: str | None = None
+) -> RolloutResult:
+    """Run one rollout to completion and return its trajectory."""
+    handle = await start_rollout(client, input, task_queue=task_queue, workflow_id=workflow_id)
+    return await handle.result()
+
+
+async def run_rollouts(
+    client: Client,
+    inputs: Iterable[RolloutInput],
+    *,
+    task_queue: str = names.TASK_QUEUE,
+    concurrency: int = 64,
+) -> AsyncIterator[RolloutResult]:
+    """Run many rollouts with at most `concurrency` in flight; yields results as they finish."""
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def one(item: RolloutInput) -> RolloutResult:
+        async with semaphore:
+            return await run_rollout(client, item, task_queue=task_queue)
+
+    tasks = [asyncio.create_task(one(i)) for i in inputs]
+    try:
+        for next_done in asyncio.as_completed(tasks):
+            yield await next_done
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def iterate_groups(
+    client: Client,
+    env: str,
+    tasks: Iterable[Task],
+    *,
+    n: int,
+    options: RolloutOptions | None = None,
+    task_queue: str = names.TASK_QUEUE,
+    concurrency: int = 8,
+    scale_by_std: bool = True,
+) -> AsyncIterator[GroupResult]:
+    """`n` samples of every task as GRPO groups, yielded as each group finishes (a fresh batch).
+
+    The trainer entry with resumable batches and back-pressure is `GymflowClient.rollout_groups`
+    (gymflow.workers.sdk.groups), which this calls.
+
+        async for group in iterate_groups(client, "math", tasks, n=8, options=opts):
+            for trajectory, advantage in zip(group.trajectories, group.advantages):
+                ...
+    """
+    from gymflow.workers.sdk.groups import rollout_groups
+
+    async for group in rollout_groups(
+        client,
+        tasks,
+        env=env,
+        n=n,
+        options=options,
+        task_queue=task_queue,
+        max_in_flight=concurrency,
+        scale_by_std=scale_by_std,
+    ):
+        yield group

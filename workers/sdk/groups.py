@@ -1,0 +1,174 @@
+"""Streaming GRPO groups to a trainer: bounded in-flight work, groups as they finish, resumable by batch.
+
+    client = await GymflowClient.connect("localhost:7233", env="math")
+    async for group in client.rollout_groups(tasks, n=8, model=ModelConfig(tokens="vllm"), batch_id="step-12"):
+        for trajectory, advantage in zip(group.trajectories, group.advantages):
+            if advantage is None:   # infra-failed sample: drop it, never train on it as reward 0
+                continue
+            sequence = trajectory.token_sequence()   # ids, loss mask, logprobs
+
+Each group is a `GroupRolloutWorkflow` whose id is derived from the batch id and the task's index
+(`group_id`), so:
+
+* back-pressure: at most `max_in_flight` groups are started and not yet consumed; the next group
+  starts only when the trainer has taken one, so a slow trainer never has an unbounded backlog
+  of rollouts running for an old policy;
+* resumable: calling again with the same `batch_id` (after a trainer crash) attaches to the groups
+  still running and reads the results of those that finished, running nothing twice (a group that
+  failed outright is run again); `skip` leaves out the group ids the trainer already consumed;
+* groups are yielded in the order they finish, each with its `group_id`; infra-failed samples keep
+  their trajectory (`infra_failed=True`) and get advantage None; with `ModelConfig.tokens` on, every
+  trajectory carries its token data (read back from the rollouts when a group was too large to
+  return it inline).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.contract import Task
+from gymflow.workers.sdk.client import connect, with_messages
+from gymflow.workflows import names
+from gymflow.workflows.group import GroupRolloutWorkflow
+from gymflow.workflows.schema import GroupInput, GroupResult, RolloutOptions, group_search_attributes
+
+
+def group_id(batch_id: str, index: int, task: Task) -> str:
+    """The workflow id of the group of the `index`-th task of a batch."""
+    return f"{batch_id}/g{index:06d}-{task.id}"
+
+
+async def _group(
+    client: Client, workflow_id: str, input: GroupInput, task_queue: str, extra: Sequence[SearchAttributePair[Any]]
+) -> GroupResult:
+    """Start the group (or attach to it, or read its finished result) and wait for it."""
+    rollout = input.rollout
+    try:
+        handle: WorkflowHandle[Any, GroupResult] = await client.start_workflow(
+            GroupRolloutWorkflow.run,
+            input,
+            id=workflow_id,
+            task_queue=task_queue,
+            # Resuming a batch: a running group is attached to, a finished one is read, a failed one re-run.
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+            search_attributes=TypedSearchAttributes(
+                [*group_search_attributes(input), SearchAttributePair(names.SA_TASK, rollout.task.id), *extra]
+            ),
+            memo={"task_id": rollout.task.id},
+            static_summary=f"{rollout.env} group of {input.n} for task {rollout.task.id}",
+        )
+    except WorkflowAlreadyStartedError:  # it completed in an earlier run of this batch
+        handle = client.get_workflow_handle(workflow_id, result_type=GroupResult)
+    group = await with_messages(client, await handle.result())
+    return group.model_copy(update={"group_id": workflow_id})
+
+
+async def rollout_groups(
+    client: Client,
+    tasks: Iterable[Task],
+    *,
+    env: str,
+    n: int = 8,
+    model: ModelConfig | None = None,
+    options: RolloutOptions | None = None,
+    batch_id: str | None = None,
+    max_in_flight: int = 8,
+    skip: Collection[str] = (),
+    task_queue: str = names.TASK_QUEUE,
+    scale_by_std: bool = True,
+    search_attributes: Sequence[SearchAttributePair[Any]] = (),
+) -> AsyncIterator[GroupResult]:
+    """`n` samples of every task as GRPO groups, yielded as each finishes (see the module docstring).
+
+    Args:
+        client: A Temporal client with gymflow's data converter.
+        tasks: The tasks, read lazily (a generator works; it is only advanced to start a group).
+        env: The env to run them in.
+        n: Samples per task.
+        model: The model settings (overrides `options.model`).
+        options: Budgets, retries, judge (and the model when `model` is not given).
+        batch_id: Names the batch (GymflowBatch) and derives the group ids; the same id resumes it.
+        max_in_flight: Groups started and not yet yielded, at most.
+        skip: Group ids already consumed: not started, not yielded.
+        task_queue: The workers' shared queue.
+        scale_by_std: GRPO advantages (r - mean) / std; False: r - mean.
+        search_attributes: Set on every group besides gymflow's own (e.g. GymflowRun for a training run).
+    """
+    if max_in_flight < 1:
+        raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+    opts = options or RolloutOptions()
+    config = model or opts.model
+    batch = batch_id or f"groups-{uuid.uuid4().hex[:8]}"
+    pending = iter(enumerate(tasks))
+    running: dict[asyncio.Task[GroupResult], int] = {}
+
+    def fill() -> None:
+        while len(running) < max_in_flight:
+            item = next(pending, None)
+            if item is None:
+                return
+            index, task = item
+            workflow_id = group_id(batch, index, task)
+            if workflow_id in skip:
+                continue
+            rollout = opts.rollout(env, task, batch_id=batch, model=config)
+            input = GroupInput(rollout=rollout, n=n, scale_by_std=scale_by_std)
+            running[asyncio.ensure_future(_group(client, workflow_id, input, task_queue, search_attributes))] = index
+
+    try:
+        fill()
+        while running:
+            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for finished in sorted(done, key=running.__getitem__):
+                del running[finished]
+                yield finished.result()  # raises if the group failed outright (e.g. invalid input)
+                fill()  # only once the trainer took one: the in-flight bound holds while it trains
+    finally:
+        for waiting in running:  # stop waiting; the workflows run on, and the batch id resumes them
+            waiting.cancel()
+
+
+class GymflowClient:
+    """The trainer's handle on gymflow: a Temporal client plus defaults (env, queue).
+
+    Args:
+        client: A Temporal client with gymflow's data converter (`gymflow.workers.sdk.client.connect`).
+        env: The default env of `rollout_groups`.
+        task_queue: The workers' shared queue.
+    """
+
+    def __init__(self, client: Client, *, env: str | None = None, task_queue: str = names.TASK_QUEUE) -> None:
+        self.client = client
+        self.env = env
+        self.task_queue = task_queue
+
+    @classmethod
+    async def connect(
+        cls, address: str = "localhost:7233", *, namespace: str = "default", env: str | None = None,
+        task_queue: str = names.TASK_QUEUE,
+    ) -> GymflowClient:  # fmt: skip
+        """Connect with gymflow's data converter."""
+        return cls(await connect(address, namespace=namespace), env=env, task_queue=task_queue)
+
+    def rollout_groups(
+        self, tasks: Iterable[Task], *, n: int = 8, env: str | None = None, **options: Any
+    ) -> AsyncIterator[GroupResult]:
+        """`rollout_groups` with this client's env and queue (keyword options as there)."""
+        name = env or self.env
+        if not name:
+            raise ValueError("name the env: GymflowClient(env=...) or rollout_groups(env=...)")
+        return rollout_groups(self.client, tasks, env=name, n=n, task_queue=self.task_queue, **options)

@@ -1,0 +1,1 @@
+"""HTTP servers a node runs (policy, codec) and the embedded Temporal server."""

@@ -1,0 +1,1 @@
+"""Trainers behind the trainer contract, and adapters into other trainers."""
