@@ -25,6 +25,7 @@ import importlib.metadata
 import importlib.util
 import io
 import json
+import os
 import re
 import tarfile
 from dataclasses import dataclass
@@ -96,10 +97,14 @@ def pinned_requirements(distribution: str) -> list[str]:
 
 def _package_files(root: Path, prefix: str) -> dict[str, bytes]:
     files = {}
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and path.suffix in DATA_SUFFIXES and "__pycache__" not in path.parts:
-            files[f"{prefix}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
-    return files
+    # followlinks: in a checkout, gymflow/ reaches its subpackages through symlinks (see pyproject)
+    for folder, dirs, names in os.walk(root, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(names):
+            path = Path(folder) / name
+            if path.suffix in DATA_SUFFIXES and path.is_file():
+                files[f"{prefix}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
+    return dict(sorted(files.items()))
 
 
 def env_files(env: str) -> tuple[str, dict[str, bytes]]:

@@ -29,12 +29,18 @@ def test_the_env_bundle_is_reproducible_and_installable_as_an_sdist() -> None:
         assert root.startswith("gymflow_env_math-")
         files = {n.removeprefix(root + "/"): tar.extractfile(n).read() for n in names}  # type: ignore[union-attr]
         assert all(m.mtime == 0 and m.uid == 0 for m in tar.getmembers())
-    assert {"pyproject.toml", "PKG-INFO", "requirements.txt", "MANIFEST.json", "envs/builtin/math/env.py"} <= set(files)
+    assert {
+        "pyproject.toml",
+        "PKG-INFO",
+        "requirements.txt",
+        "MANIFEST.json",
+        "gymflow/envs/builtin/math/env.py",
+    } <= set(files)
     requirements = files["requirements.txt"].decode().splitlines()
     assert requirements == first.requirements and all("==" in r for r in requirements)
     assert any(r.startswith("pydantic==") for r in requirements)
     manifest = json.loads(files["MANIFEST.json"])
-    assert manifest["files"]["envs/builtin/math/env.py"] == sha256(files["envs/builtin/math/env.py"])
+    assert manifest["files"]["gymflow/envs/builtin/math/env.py"] == sha256(files["gymflow/envs/builtin/math/env.py"])
     assert not any(n.endswith((".pkl", ".pickle", ".pyc")) for n in files)
 
 

@@ -12,7 +12,7 @@ from gymflow.activities.dataset import DatasetActivities
 from gymflow.activities.dataset_models import BatchInput, DatasetSource, GenerationOptions, ScanInput
 from gymflow.activities.model import ModelConfig
 
-SAMPLE = Path(__file__).parents[2] / "envs" / "search" / "sample_corpus"
+SAMPLE = Path(__file__).parents[2] / "envs" / "builtin" / "search" / "sample_corpus"
 
 
 def environment(attempt: int) -> ActivityEnvironment:

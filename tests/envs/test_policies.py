@@ -91,10 +91,12 @@ def test_a_class_names_its_policy_by_target_or_by_class() -> None:
     )
     assert by_target.baseline_policy().name == "convert"
     not_a_policy = type("NotAPolicy", (Bare,), {"policies": {"reference": "gymflow.envs.contract:Task"}})
-    with pytest.raises(ValueError, match=r"envs\.contract:Task is not an envs\.policy\.Policy subclass"):
+    with pytest.raises(
+        ValueError, match=r"gymflow\.envs\.contract:Task is not a gymflow\.envs\.policy\.Policy subclass"
+    ):
         not_a_policy.baseline_policy()
     makes_an_int = type("MakesAnInt", (Bare,), {"policies": {"reference": lambda: 42}})
-    with pytest.raises(ValueError, match=r"made int, not an envs\.policy\.Policy"):
+    with pytest.raises(ValueError, match=r"made int, not a gymflow\.envs\.policy\.Policy"):
         makes_an_int.baseline_policy()
 
 

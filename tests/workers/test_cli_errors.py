@@ -27,7 +27,7 @@ from support import SlowModel
 
 ROOT = Path(__file__).parents[2]
 GYMFLOW = Path(sys.executable).parent / "gymflow"
-CORPUS = ROOT / "envs" / "search" / "sample_corpus"
+CORPUS = ROOT / "envs" / "builtin" / "search" / "sample_corpus"
 TRAIN_CONFIG = ROOT / "envs" / "examples" / "train_math.yaml"
 
 pytestmark = pytest.mark.skipif(not GYMFLOW.is_file(), reason=f"no console script at {GYMFLOW} (pip install -e .)")

@@ -14,7 +14,7 @@ from town_corpus import write_corpus
 
 from gymflow.envs.datagen import format as fmt
 
-SAMPLE = Path(__file__).parents[2] / "envs" / "search" / "sample_corpus"
+SAMPLE = Path(__file__).parents[2] / "envs" / "builtin" / "search" / "sample_corpus"
 
 
 def gymflow(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:

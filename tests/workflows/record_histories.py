@@ -138,7 +138,7 @@ async def record_parents(client: Client, task_queue: str, url: str, only: set[st
 
 async def record_dataset(client: Client, task_queue: str, tmp: Path) -> None:
     """Both runs of an offline dataset generation that continues as new once (merge, cancel, finalize)."""
-    sample = Path(__file__).parents[2] / "envs" / "search" / "sample_corpus"
+    sample = Path(__file__).parents[2] / "envs" / "builtin" / "search" / "sample_corpus"
     handle = await client.start_workflow(
         DatasetGenerationWorkflow.run,
         DatasetInput(

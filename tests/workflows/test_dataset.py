@@ -27,7 +27,7 @@ from gymflow.workflows.dataset import DatasetGenerationWorkflow
 from gymflow.workflows.schema import DatasetInput, DatasetResult
 from support import make_settings
 
-SAMPLE = Path(__file__).parents[2] / "envs" / "search" / "sample_corpus"
+SAMPLE = Path(__file__).parents[2] / "envs" / "builtin" / "search" / "sample_corpus"
 
 
 async def run_dataset(client: Client, queue: str, input: DatasetInput, workflow_id: str | None = None) -> DatasetResult:

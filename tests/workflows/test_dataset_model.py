@@ -19,7 +19,7 @@ from gymflow.workers.worker import RunningWorker
 from gymflow.workflows.dataset import DatasetGenerationWorkflow
 from gymflow.workflows.schema import DatasetInput, DatasetResult
 
-SAMPLE = Path(__file__).parents[2] / "envs" / "search" / "sample_corpus"
+SAMPLE = Path(__file__).parents[2] / "envs" / "builtin" / "search" / "sample_corpus"
 
 
 def recorded_calls(out: Path) -> dict[str, float]:

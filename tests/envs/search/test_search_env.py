@@ -22,7 +22,7 @@ from gymflow.envs.datagen.filters import MinHashDedup
 from gymflow.envs.datagen.generate import Candidate, offline_draft
 from gymflow.envs.policy import NullPolicy
 
-SAMPLE = Path(__file__).parents[3] / "envs" / "search" / "sample_corpus"
+SAMPLE = Path(__file__).parents[3] / "envs" / "builtin" / "search" / "sample_corpus"
 
 
 @pytest.fixture(scope="module")
