@@ -268,6 +268,22 @@ class Usage(Wire):
     """Prompt tokens of the latest turn: how full the context window is."""
 
 
+class EnvPackageRef(Wire):
+    """Which env code produced a rollout: an env package installed in a venv of its own
+    (gymflow.envs.packages), by name, version and content digest."""
+
+    name: str
+    """The distribution's name (`pip show NAME`)."""
+    version: str
+    digest: str
+    """sha256 over the distribution's installed files (its RECORD): the same code gives the same
+    digest on every node; any change to it gives another."""
+    env: str = ""
+    """The env of the package that ran (a package may declare several)."""
+    kind: str = ""
+    """How gymflow runs it: `plain`, `benchmax`, `verifiers` or `openenv`."""
+
+
 class Trajectory(Wire):
     """The full record of one rollout.
 
@@ -294,6 +310,9 @@ class Trajectory(Wire):
     sandbox: str | None = None
     """Set when model-written code ran under a sandbox the operator opted out of (e.g.
     ``GYMFLOW_SANDBOX=unsafe-unshare``): which level, and what it did not keep from the code."""
+    env_package: EnvPackageRef | None = Field(default=None, exclude_if=lambda ref: ref is None)
+    """The env package (name, version, digest) whose code ran the tools and the reward; None for
+    envs that are part of this installation (built-ins, env files, registered classes)."""
     messages: list[Message]
     """System prompt, prompt, every assistant turn and tool observation, in order."""
     tokens: list[TurnTokens] = Field(default_factory=list)
@@ -374,6 +393,13 @@ class BaseEnv(ABC):
     """Scripted policies that play this env without a model, name -> `module:Class` (or the class):
     `--policy NAME` and `gymflow policy serve ENV --policy NAME` run them. The first is the default;
     `null` is always there (gymflow.envs.policy)."""
+    env_turns: ClassVar[bool] = False
+    """True: the env answers the model's final answers (a user simulator, a game): when the model
+    replies without a tool call, `env_response` gives the next user message(s) and the rollout goes
+    on, until it answers None. Fused turns are off for such envs."""
+    package: ClassVar[EnvPackageRef | None] = None
+    """The env package this env's code comes from (gymflow.envs.packages), recorded on every
+    trajectory; None for envs of this installation."""
     cpu_bound: ClassVar[bool] = False
     """True when tool calls and rewards are CPU-heavy work on the worker's machine (sandboxed code,
     formula recalculation): a worker then admits only as many at once as its cores can run and
@@ -417,6 +443,12 @@ class BaseEnv(ABC):
         """Score rollouts jointly (ranking, diversity); one dict per rollout, {} for none."""
         del completions, ground_truths, kwargs
         return [{} for _ in rollout_ids]
+
+    async def env_response(self, rollout_id: str, messages: list[Message]) -> list[Message] | None:
+        """The env's answer to a final answer (`env_turns` envs): the next user message(s), or
+        None when the episode is over. `messages` is the conversation so far (system prompt first)."""
+        del rollout_id, messages
+        return None
 
     # -- prompt ------------------------------------------------------------------------------
     async def get_system_prompt(self, task: Task | None = None) -> str:

@@ -49,7 +49,7 @@ from gymflow.workflows.training import TrainingRunWorkflow
 
 log = logging.getLogger(__name__)
 
-DEDUPLICATED = ("call_tool", "compute_reward")
+DEDUPLICATED = ("call_tool", "compute_reward", "env_response")
 """Node activities answered from the node's record when retried after completing (gymflow.workers.dedup)."""
 
 WORKFLOWS: list[type] = [
@@ -212,6 +212,7 @@ async def running_worker(
             env_activities.call_tool,
             env_activities.compute_reward,
             env_activities.release_rollout,
+            env_activities.env_response,
             TurnActivities(model_activities, env_activities).play_turn,
         ],
         # A retried attempt whose first attempt completed here (its report was lost) must not re-run the tool.
