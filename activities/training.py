@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -34,6 +35,7 @@ from gymflow.activities.storage import StorageError, open_store, read_trajectori
 from gymflow.deploy import training as backends
 from gymflow.envs.contract import BaseEnv, DatasetError, Task, Wire
 from gymflow.envs.datagen.format import to_jsonl
+from gymflow.envs.packages.store import check_pins, normalise
 from gymflow.envs.registry import EnvFileError, UnknownEnvError, env_class
 from gymflow.workflows.training_schema import CheckpointReport, EvalSummary, PreparedRun, RunConfig, TrainerSpec
 
@@ -72,6 +74,13 @@ class BundleInfo(Wire):
     files: int
 
 
+class BundleRequest(Wire):
+    """What `bundle_env` bundles: the run's env and the env packages its config pins."""
+
+    env: str
+    env_packages: dict[str, str] = Field(default_factory=dict)
+
+
 class UploadInput(Wire):
     run_id: str
     config: RunConfig
@@ -105,12 +114,22 @@ def check_config(config: RunConfig, *, require_skypilot: bool = True) -> list[st
     included; without skypilot installed that is a problem unless `require_skypilot` is False
     (`--dryrun` only prints the task).
     """
-    problems = []
+    problems = check_pins(config.env_packages)  # each names the command that installs it
     cls: type[BaseEnv] | None = None
     try:
         cls = env_class(config.env)
     except (UnknownEnvError, EnvFileError) as exc:
         problems.append(f"env: {exc}")  # its policies cannot be checked; everything else still is
+    if cls is not None and cls.package is not None:
+        package = cls.package
+        pinned = {normalise(k): v.removeprefix("==").strip() for k, v in config.env_packages.items()}.get(
+            normalise(package.name)
+        )
+        if pinned is not None and pinned != package.version:
+            problems.append(
+                f"env: {config.env} runs {package.name} {package.version}, but env_packages pins {pinned}: "
+                f"name the env {package.env}@{pinned}"
+            )
     for field, ref in (("baseline", config.baseline), ("validation.smoke_policy", config.validation.smoke_policy)):
         if cls is not None and ref is not None and ref.policy is not None:
             try:
@@ -288,10 +307,14 @@ class TrainingActivities:
         return urls
 
     @activity.defn(name="bundle_env")
-    async def bundle(self, env: str) -> BundleInfo:
-        """Build the env's sdist (see gymflow.activities.bundle) and keep it in this host's bundle cache."""
+    async def bundle(self, request: str | BundleRequest) -> BundleInfo:
+        """Build the env's sdist (see gymflow.activities.bundle) and keep it in this host's bundle cache.
+
+        `request`: the env's name (runs that pin no env packages, and histories from before pins), or
+        the env with the env packages the run pins."""
+        env, pins = (request, {}) if isinstance(request, str) else (request.env, request.env_packages)
         try:
-            bundle = await asyncio.to_thread(build_bundle, env)
+            bundle = await asyncio.to_thread(build_bundle, env, pins)
         except (BundleError, OSError) as exc:
             raise _fail(f"env: cannot bundle {env}: {exc}") from exc
         await asyncio.to_thread(self._cache, bundle)
@@ -317,7 +340,11 @@ class TrainingActivities:
         """Upload the bundle, the dataset splits and the trainer spec; returns their URIs and digests."""
         config, info = input.config, input.bundle
         cached = self.data_dir / "bundles" / info.digest / info.filename
-        data = cached.read_bytes() if cached.is_file() else (await asyncio.to_thread(build_bundle, config.env)).data
+        data = (
+            cached.read_bytes()
+            if cached.is_file()
+            else (await asyncio.to_thread(build_bundle, config.env, config.env_packages)).data
+        )
         if sha256(data) != info.digest:  # another host built it differently: its environment differs
             raise _fail(f"env: the bundle built here has digest {sha256(data)}, not {info.digest}", errors.ENV_ERROR)
         store = self._store(config.storage)

@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         TRAINER_FAILED,
         TRAINING_CONFIG,
         BundleInfo,
+        BundleRequest,
         ManifestInput,
         ServicesInput,
         TrainingActivities,
@@ -66,6 +67,8 @@ LONG = timedelta(minutes=30)
 HISTORY_KEEP = 500
 """Scalars of the last this many steps stay in the state (the progress query's plot data)."""
 TERMINAL = ("completed", "failed", "cancelled")
+BUNDLE_ENV_PACKAGES = "bundle-env-packages"
+"""Patch id: a run that pins env packages asks `bundle_env` for them too (a `BundleRequest`)."""
 
 
 @workflow.defn(name=names.TRAINING_WORKFLOW)
@@ -224,9 +227,11 @@ class TrainingRunWorkflow:
                     non_retryable=True,
                 )
         self._phase("bundling")
+        # Runs that pin env packages bundle them too; others (and histories from before pins) send the name.
+        pinned = bool(config.env_packages) and workflow.patched(BUNDLE_ENV_PACKAGES)
         bundle: BundleInfo = await execute(
             TrainingActivities.bundle,
-            config.env,
+            BundleRequest(env=config.env, env_packages=config.env_packages) if pinned else config.env,
             start_to_close_timeout=SHORT,
             retry_policy=QUICK,
             summary="bundle env",

@@ -208,9 +208,15 @@ class PackageEnv(McpEnv):
     def load_dataset(cls, name: str, **kwargs: Any) -> Iterable[Task]:
         """`generated` (what `gymflow eval` runs without `--dataset`): the dataset named at install
         (`--dataset`), or the kind's own (a verifiers taskset's tasks, OpenEnv episodes by seed).
-        Any other name goes to the env's own loader (benchmax: `load_dataset(name, **options)`, e.g.
-        `json` with `data_files`). Loaded in the package's venv once, then read from its cache."""
+        A `.jsonl` file of gymflow Tasks is read as it is; any other name goes to the env's own loader
+        (benchmax: `load_dataset(name, **options)`, e.g. `json` with `data_files`), in the package's
+        venv, once (then from its cache). `n` takes the first n tasks; `seed` is ignored (an env's
+        own dataset keeps its own order)."""
         options = dict(kwargs)
+        limit = options.pop("n", None)
+        options.pop("seed", None)  # gymflow's generators take one; an env's own dataset has its own order
+        if name.endswith(".jsonl") and Path(name).is_file():  # gymflow Tasks already (a generated dataset)
+            return _limited(_read_tasks(Path(name)), limit)
         if name == GENERATED:
             default = cls.decl.dataset or KIND_DATASETS.get(cls.decl.kind)
             if default is None:
@@ -219,11 +225,23 @@ class PackageEnv(McpEnv):
                     "--dataset-option), or install it with --dataset"
                 )
             name, options = default, {**cls.decl.dataset_options, **options}
-        path = dataset_file(cls.record, cls.decl, name, options)
-        try:
-            return [Task.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
-        except ValueError as exc:
-            raise DatasetError(f"{path}: {exc}") from exc
+        return _limited(_read_tasks(dataset_file(cls.record, cls.decl, name, options)), limit)
+
+
+def _read_tasks(path: Path) -> list[Task]:
+    tasks = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                tasks.append(Task.model_validate_json(line))
+            except ValueError as exc:
+                raise DatasetError(f"{path}:{number}: {exc}") from exc
+    return tasks
+
+
+def _limited(tasks: list[Task], limit: Any) -> list[Task]:
+    """The first `limit` tasks (gymflow's `n`), or all of them."""
+    return tasks if limit is None else tasks[: int(limit)]
 
 
 def dataset_file(record: PackageRecord, decl: EnvDecl, name: str, options: Mapping[str, Any]) -> Path:

@@ -64,11 +64,13 @@ def install(
     extras: Sequence[str] = (),
     envs: dict[str, str] | None = None,
     options: dict[str, Any] | None = None,
-    dataset: str | None = None,
+    datasets: dict[str, str] | None = None,
     dataset_options: dict[str, Any] | None = None,
     policies: dict[str, str] | None = None,
     stateless: bool = False,
     python: str | None = None,
+    constraints: Path | None = None,
+    expect_digest: str | None = None,
     say: Say = print,
 ) -> PackageRecord:
     """Install `spec` (see the module docstring) and return its record.
@@ -76,11 +78,17 @@ def install(
     Args:
         extras: Further requirements in the same venv (`--with`), e.g. pins the package needs.
         envs: Env name -> `module:attribute` for envs the package does not declare itself.
-        options: Keyword arguments every env of the package is built with.
-        dataset: The dataset `gymflow eval NAME` runs by default, and its loader's options.
-        policies: Scripted baseline policies, name -> gymflow-side `module:Class` / `file.py:Class`.
+        options: Keyword arguments its envs are built with.
+        datasets: The dataset `gymflow eval NAME` runs by default: env -> dataset name, `""` for
+            every env. `dataset_options`: its loader's options.
+        policies: Scripted baseline policies, name -> gymflow-side `module:Class` / `file.py:Class`
+            (`ENV:NAME` keys: that env's).
+
+    Options, dataset options and policies named `ENV:KEY` apply to env ENV only (`scoped`).
         stateless: The envs keep no state a lost rollout needs (it may just be re-initialised).
         python: The interpreter the venv is made from (default: this one's).
+        constraints: A pip constraints file (every dependency's exact version, from a bundle).
+        expect_digest: Refuse the install unless the package's digest is this one (from a bundle).
 
     Raises:
         PackageError: Any step failed; nothing of the install is left behind.
@@ -90,11 +98,18 @@ def install(
     directory = store.root() / install_id
     directory.mkdir(parents=True)
     try:
-        return _install(
-            spec, source, directory, extras=list(extras), envs=envs or {}, options=options or {}, dataset=dataset,
-            dataset_options=dataset_options or {}, policies=policies or {}, stateless=stateless,
-            python=python or sys.executable, say=say,
+        record = _install(
+            spec, source, directory, extras=list(extras), envs=envs or {}, options=options or {},
+            datasets=datasets or {}, dataset_options=dataset_options or {}, policies=policies or {},
+            stateless=stateless, python=python or sys.executable, constraints=constraints, say=say,
         )  # fmt: skip
+        _check_digest(record, expect_digest)
+        store.write(record)
+        for older in store.find_package(record.name, record.version):
+            if older.id != record.id:
+                (older.directory / store.RECORD).unlink(missing_ok=True)
+                shutil.rmtree(older.directory, ignore_errors=True)
+        return record
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise
@@ -108,11 +123,12 @@ def _install(
     extras: list[str],
     envs: dict[str, str],
     options: dict[str, Any],
-    dataset: str | None,
+    datasets: dict[str, str],
     dataset_options: dict[str, Any],
     policies: dict[str, str],
     stateless: bool,
     python: str,
+    constraints: Path | None,
     say: Say,
 ) -> PackageRecord:
     venv = directory / "venv"
@@ -142,7 +158,8 @@ def _install(
             target = str(next(dist.glob("*.whl")))
     say(f"installing {spec}" + (f" with {', '.join(extras)}" if extras else ""))
     report_path = directory / "install-report.json"
-    _run([*pip, "install", "-q", "--report", str(report_path), target, *extras], f"installing {spec}")
+    pinned = ["-c", str(constraints)] if constraints is not None else []
+    _run([*pip, "install", "-q", "--report", str(report_path), *pinned, target, *extras], f"installing {spec}")
     item = _requested(json.loads(report_path.read_text()), target, source)
     name, version = item["metadata"]["name"], item["metadata"]["version"]
     site = _site_packages(venv)
@@ -173,8 +190,16 @@ def _install(
         )
     for env_name, env_target in declared.items():
         say(f"checking env {env_name} ({env_target}) in the package's venv")
-        decl = EnvDecl(name=env_name, target=env_target, kind="plain", options=options, dataset=dataset,
-                       dataset_options=dataset_options, policies=policies, stateless=stateless)  # fmt: skip
+        decl = EnvDecl(
+            name=env_name,
+            target=env_target,
+            kind="plain",
+            options=scoped(options, env_name),
+            dataset=datasets.get(env_name, datasets.get("")),
+            dataset_options=scoped(dataset_options, env_name),
+            policies={k: _absolute(v) for k, v in scoped(policies, env_name).items()},
+            stateless=stateless,
+        )
         record.envs.append(_described(record, decl))
     for env_decl in record.envs:
         default = env_decl.dataset or KIND_DATASETS.get(env_decl.kind)
@@ -182,12 +207,61 @@ def _install(
             say(f"loading {env_decl.name}'s dataset {default}")
             path = dataset_file(record, env_decl, default, env_decl.dataset_options)
             env_decl.tasks = sum(1 for line in path.read_text().splitlines() if line.strip())
-    store.write(record)
-    for older in store.find_package(name, version):
-        if older.id != record.id:
-            (older.directory / store.RECORD).unlink(missing_ok=True)
-            shutil.rmtree(older.directory, ignore_errors=True)
     return record
+
+
+def _check_digest(record: PackageRecord, expected: str | None) -> None:
+    if expected is not None and record.digest != expected:
+        raise PackageError(
+            f"{record.name} {record.version} installed with digest {record.digest}, not the {expected} "
+            "it was bundled with: this is not the same code"
+        )
+
+
+def install_bundled(directory: Path, *, python: str | None = None, say: Say = print) -> PackageRecord:
+    """Install again, on this node, the env package a training bundle carries in `directory`
+    (`env_packages/<name>-<version>/`: its record, lock and wheel; gymflow.activities.bundle): the same
+    wheel or requirement, every dependency at its locked version, the same envs, datasets and
+    policies, and a refusal if the installed code's digest is not the bundled one."""
+    bundled = PackageRecord.model_validate_json((directory / store.RECORD).read_text())
+    wheels = sorted(directory.glob("*.whl"))
+    lock = directory / "requirements.lock"
+    constraints = directory / ".constraints.txt"  # the lock without the package's own (direct URL) line
+    constraints.write_text("".join(f"{line}\n" for line in lock.read_text().split() if "@" not in line))
+    first = bundled.envs[0] if bundled.envs else None
+    return install(
+        str(wheels[0]) if wheels else bundled.requirement,
+        extras=bundled.extras,
+        envs={d.name: d.target for d in bundled.envs},
+        options={f"{d.name}:{k}": v for d in bundled.envs for k, v in d.options.items()},
+        datasets={d.name: d.dataset for d in bundled.envs if d.dataset},
+        dataset_options={f"{d.name}:{k}": v for d in bundled.envs for k, v in d.dataset_options.items()},
+        policies={f"{d.name}:{k}": v for d in bundled.envs for k, v in d.policies.items()},
+        stateless=first.stateless if first else False,
+        python=python,
+        constraints=constraints,
+        expect_digest=bundled.digest,
+        say=say,
+    )
+
+
+def is_bundled(spec: str) -> bool:
+    """Whether `spec` is an env package directory of a training bundle (it holds a `package.json`)."""
+    return (Path(spec).expanduser() / store.RECORD).is_file()
+
+
+def scoped(values: dict[str, Any], env: str) -> dict[str, Any]:
+    """The install options that apply to `env`: `KEY` applies to every env of the package,
+    `ENV:KEY` to that env alone (and wins over `KEY`)."""
+    found = {k: v for k, v in values.items() if ":" not in k}
+    found.update({k.split(":", 1)[1]: v for k, v in values.items() if k.startswith(f"{env}:")})
+    return found
+
+
+def _absolute(spec: str) -> str:
+    """A `file.py:Class` policy spec with its file made absolute (workers run elsewhere)."""
+    path, sep, attr = spec.rpartition(":")
+    return f"{Path(path).resolve()}{sep}{attr}" if path.endswith(".py") else spec
 
 
 def _described(record: PackageRecord, decl: EnvDecl) -> EnvDecl:

@@ -181,6 +181,11 @@ def install_command(name: str, version: str, *, spec: str | None = None, source:
     return f"gymflow envs install '{what}'"
 
 
+def bundled_name(record: PackageRecord) -> str:
+    """The directory a training bundle keeps an install in (gymflow.activities.bundle)."""
+    return f"{normalise(record.name)}-{record.version}"
+
+
 def check_pins(pins: dict[str, str]) -> list[str]:
     """`env_packages.NAME: ...` for each pinned package version not installed here (with the command
     that installs it); empty when every pin is installed."""

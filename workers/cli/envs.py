@@ -47,18 +47,22 @@ def add_envs_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
     install = esub.add_parser("install", help="install an env package into a venv of its own")
     install.add_argument(
-        "spec", metavar="SPEC", help="a PyPI requirement (name==version), a wheel, a git URL or a directory"
+        "spec",
+        metavar="SPEC",
+        help="a PyPI requirement (name==version), a wheel, a git URL, a directory, or a training bundle's "
+        "env_packages/NAME-VERSION",
     )
     install.add_argument("--with", dest="extras", action="append", default=[], metavar="REQ",
                          help="a further requirement in its venv (repeatable)")  # fmt: skip
     install.add_argument("--env", dest="envs", action="append", default=[], metavar="NAME=TARGET",
                          help="an env the package does not declare itself: NAME=module:Class (repeatable)")  # fmt: skip
-    install.add_argument("--option", dest="options", action="append", default=[], metavar="KEY=VALUE",
+    install.add_argument("--option", dest="options", action="append", default=[], metavar="[ENV:]KEY=VALUE",
                          help="a keyword argument its envs are built with (VALUE as JSON, else text)")  # fmt: skip
-    install.add_argument("--dataset", help="the dataset `gymflow eval NAME` runs by default (the env's loader's name)")
-    install.add_argument("--dataset-option", dest="dataset_options", action="append", default=[], metavar="KEY=VALUE",
-                         help="an option of its loader (repeatable)")  # fmt: skip
-    install.add_argument("--policy", dest="policies", action="append", default=[], metavar="NAME=SPEC",
+    install.add_argument("--dataset", dest="datasets", action="append", default=[], metavar="[ENV=]NAME",
+                         help="the dataset `gymflow eval` runs by default (the env's loader's name)")  # fmt: skip
+    install.add_argument("--dataset-option", dest="dataset_options", action="append", default=[],
+                         metavar="[ENV:]KEY=VALUE", help="an option of its loader (repeatable)")  # fmt: skip
+    install.add_argument("--policy", dest="policies", action="append", default=[], metavar="[ENV:]NAME=SPEC",
                          help="a scripted policy, NAME=module:Class or file.py:Class (repeatable)")  # fmt: skip
     install.add_argument("--stateless", action="store_true", help="its envs keep no state a lost rollout needs")
     install.add_argument("--python", help="interpreter to make the venv from (default: gymflow's)")
@@ -137,26 +141,38 @@ def run_envs(args: argparse.Namespace, *, out: TextIO = sys.stdout) -> int:
 
 
 def _install(args: argparse.Namespace, out: TextIO) -> int:
-    from gymflow.envs.packages.install import install
+    from pathlib import Path
 
-    record = install(
-        args.spec,
-        extras=args.extras,
-        envs=_pairs(args.envs, "--env", parse=False),
-        options=_pairs(args.options, "--option", parse=True),
-        dataset=args.dataset,
-        dataset_options=_pairs(args.dataset_options, "--dataset-option", parse=True),
-        policies=_pairs(args.policies, "--policy", parse=False),
-        stateless=args.stateless,
-        python=args.python,
-        say=lambda line: print(line, file=sys.stderr),
-    )
+    from gymflow.envs.packages.install import install_bundled, is_bundled
+
+    say = lambda line: print(line, file=sys.stderr)  # noqa: E731 - progress goes to stderr
+    if is_bundled(args.spec):  # a bundle's env_packages/<name>-<version>: exactly that again
+        record = install_bundled(Path(args.spec), python=args.python, say=say)
+    else:
+        record = _install_spec(args, say)
     out.write(f"installed {record.name} {record.version} (digest {record.digest[:12]}) in {record.directory}\n")
     for decl in record.envs:
         tasks = "-" if decl.tasks is None else str(decl.tasks)
         tools = ", ".join(t.name for t in decl.tools) or "no tools"
         out.write(f"  env {decl.name}: {decl.kind}, {tasks} tasks, {tools}\n")
     return 0
+
+
+def _install_spec(args: argparse.Namespace, say: Any) -> PackageRecord:
+    from gymflow.envs.packages.install import install
+
+    return install(
+        args.spec,
+        extras=args.extras,
+        envs=_pairs(args.envs, "--env", parse=False),
+        options=_pairs(args.options, "--option", parse=True),
+        datasets={k if sep else "": v for k, sep, v in (d.rpartition("=") for d in args.datasets)},
+        dataset_options=_pairs(args.dataset_options, "--dataset-option", parse=True),
+        policies=_pairs(args.policies, "--policy", parse=False),
+        stateless=args.stateless,
+        python=args.python,
+        say=say,
+    )
 
 
 def render_packages(records: list[PackageRecord]) -> str:

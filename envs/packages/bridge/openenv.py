@@ -51,7 +51,7 @@ def _app(target: Any) -> Any:
         return target
     from openenv.core.env_server import create_app
 
-    hints = getattr(target.step, "__annotations__", {})
+    hints = getattr(getattr(target, "step", None), "__annotations__", {})
     action, observation = hints.get("action"), hints.get("return")
     if not (isinstance(action, type) and isinstance(observation, type)):
         raise TypeError(

@@ -99,9 +99,10 @@ class Server:
             if not isinstance(message, dict):
                 continue
             if "id" in message and "method" in message:
+                key = message["id"]
                 task = asyncio.ensure_future(self._answer(message))
-                self._running[message["id"]] = task
-                task.add_done_callback(lambda _, key=message["id"]: self._running.pop(key, None))
+                self._running[key] = task
+                task.add_done_callback(self._forget(key))
             elif message.get("method") == "notifications/cancelled":
                 running = self._running.get((message.get("params") or {}).get("requestId"))
                 if running is not None:
@@ -110,6 +111,15 @@ class Server:
             task.cancel()
         with contextlib.suppress(Exception):
             await asyncio.gather(*self._running.values(), return_exceptions=True)
+
+    def _forget(self, key: Any) -> Callable[[asyncio.Task[None]], None]:
+        """A done-callback dropping request `key` from the running ones."""
+
+        def forget(task: asyncio.Task[None]) -> None:
+            del task
+            self._running.pop(key, None)
+
+        return forget
 
     async def _answer(self, request: dict[str, Any]) -> None:
         key, method, params = request["id"], request["method"], request.get("params") or {}
