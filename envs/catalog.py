@@ -129,7 +129,7 @@ async def _describe(
     doc = _own_doc(cls)
     info = EnvInfo(
         name=name,
-        target=name if is_env_file(name) else f"{cls.__module__}:{cls.__qualname__}",
+        target=name if is_env_file(name) else getattr(cls, "origin", None) or f"{cls.__module__}:{cls.__qualname__}",
         source=_source(name, cls),
         description=doc.splitlines()[0] if doc else "",
         doc=doc,

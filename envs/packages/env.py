@@ -69,6 +69,8 @@ class PackageEnv(McpEnv):
 
     record: ClassVar[PackageRecord]
     decl: ClassVar[EnvDecl]
+    origin: ClassVar[str]
+    """What the env is in its package (`module:Class`), for listings."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -294,6 +296,7 @@ def package_env_class(record: PackageRecord, decl: EnvDecl, *, name: str | None 
             "name": name or decl.name,
             "record": record,
             "decl": decl,
+            "origin": decl.target,
             "mcp_servers": {SERVER: server},
             "system_prompt": decl.system_prompt,
             "stateless": decl.stateless,

@@ -164,6 +164,8 @@ class OpenEnvExporter:
         return session if described.status == WorkflowExecutionStatus.RUNNING else None
 
     async def step(self, episode: Episode, action: dict[str, Any]) -> dict[str, Any]:
+        if episode.done:
+            raise ExporterError("the episode is over (done): reset to start another")
         turn = StepInput.model_validate({k: v for k, v in action.items() if k != "metadata"})
         result = await episode.session.step(turn.message, text=turn.text)
         episode.steps = result.turn
@@ -243,7 +245,7 @@ class OpenEnvExporter:
             answer = await self.step(episode, dict(data.get("action") or {}))
         except ValidationError as exc:
             return web.json_response({"detail": exc.errors(include_url=False)}, status=422)
-        except SessionError as exc:
+        except (ExporterError, SessionError) as exc:
             return web.json_response({"detail": str(exc)}, status=409)
         return web.json_response(answer)
 

@@ -1,0 +1,94 @@
+"""OpenEnv both ways. In: an env served by OpenEnv's own server classes, driven by OpenEnv's own
+client inside its venv, through `gymflow eval`; returns match OpenEnv's own loop on the same
+actions. Out: OpenEnv's client drives a gymflow env over the exporter, through a full episode."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+from interop_support import REFERENCES, gymflow_eval, record_of, require, run_reference, tool_calls
+from temporalio.client import Client
+
+from gymflow.envs.contract import Task, Trajectory
+from gymflow.workers.servers.openenv import OpenEnvExporter
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.session_schema import SessionInput
+
+
+async def test_openenv_env_through_gymflow_eval(client: Client, temporal_address: str, tmp_path: Path) -> None:
+    require("oe")
+    report, trajectories = await gymflow_eval(client, temporal_address, tmp_path, "oe-guess", n=2)
+    assert report["policy"]["completed"] == 2 and report["policy"]["infra_failed"] == 0
+    episodes = []
+    for trajectory in trajectories:
+        assert trajectory.env_package is not None and trajectory.env_package.kind == "openenv"
+        actions = [arguments for name, arguments in tool_calls(trajectory)]
+        assert actions and all(name == "step" for name, _ in tool_calls(trajectory))
+        last = json.loads([m for m in trajectory.messages if m.role == "tool"][-1].content)
+        assert last["done"] and last["observation"]["hint"] == "correct"  # bisection found it
+        episodes.append({"seed": int(trajectory.task_id.rsplit("-", 1)[1]), "actions": actions})
+    returns = run_reference(record_of("oe"), "openenv_replay.py", {"app": "oe_guess.server:app", "episodes": episodes})
+    assert [t.reward.total for t in trajectories if t.reward] == returns
+    assert all(0.5 < r <= 1.0 for r in returns)  # 1 for the right guess, -0.05 per wrong one
+
+
+class Driver:
+    """OpenEnv's `GenericEnvClient` in the OpenEnv package's venv, one command per line."""
+
+    def __init__(self, python: Path, url: str) -> None:
+        self.process = subprocess.Popen(
+            [str(python), str(REFERENCES / "openenv_driver.py"), url],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    async def send(self, op: str, **fields: Any) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps({"op": op, **fields}) + "\n")
+        self.process.stdin.flush()
+        line = await asyncio.wait_for(asyncio.to_thread(self.process.stdout.readline), 300)
+        return dict(json.loads(line))
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+async def test_openenv_client_drives_a_gymflow_env(client: Client, worker: RunningWorker) -> None:
+    require("oe")
+    task = Task(id="miles-3", prompt="How many km is 3 miles?", ground_truth=3 * 1.609344)
+    template = SessionInput(env="units", task=task)
+    async with OpenEnvExporter(
+        client, env="units", task_queue=worker.task_queue, tasks=[task], template=template
+    ) as exporter:
+        driver = Driver(record_of("oe").python_path, f"http://127.0.0.1:{exporter.port}")
+        try:
+            episode = f"ep-{uuid.uuid4().hex[:8]}"
+            first = await driver.send("reset", data={"episode_id": episode, "task_id": "miles-3"})
+            assert not first["done"] and first["reward"] is None
+            observed = first["observation"]
+            assert observed["episode_id"] == episode and observed["messages"][-1]["content"] == task.prompt
+            assert "multiply" in [t["function"]["name"] for t in observed["tools"]]
+            call = {"id": "c1", "name": "multiply", "arguments": {"a": 3, "b": 1.609344}}
+            step = await driver.send("step", action={"message": {"role": "assistant", "tool_calls": [call]}})
+            assert not step["done"] and step["observation"]["messages"][0]["content"].startswith("4.828")
+            state = await driver.send("state")
+            assert state["state"]["episode_id"] == episode and state["state"]["step_count"] == 1
+            answer = f"<answer>{3 * 1.609344}</answer>"
+            done = await driver.send("step", action={"text": answer})
+            assert done["done"] and done["reward"] == 1.0 and done["observation"]["termination"] == "final_answer"
+            refused = await driver.send("step", action={"text": "again"})
+            assert "the episode is over" in refused["error"]
+        finally:
+            driver.close()
+    trajectory = await client.get_workflow_handle(f"openenv-{episode}", result_type=Trajectory).result()
+    assert trajectory.turns == 2 and trajectory.tool_calls == 1
+    assert trajectory.reward is not None and trajectory.reward.total == 1.0
