@@ -92,3 +92,28 @@ def venv_processes(record: PackageRecord) -> list[str]:
 
 def tool_calls(trajectory: Trajectory) -> list[tuple[str, dict[str, Any]]]:
     return [(call.name, call.arguments) for m in trajectory.messages for call in m.tool_calls]
+
+
+class Driver:
+    """OpenEnv's `GenericEnvClient` in the OpenEnv package's venv, one command per line."""
+
+    def __init__(self, python: Path, url: str) -> None:
+        self.process = subprocess.Popen(
+            [str(python), str(REFERENCES / "openenv_driver.py"), url],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    async def send(self, op: str, **fields: Any) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps({"op": op, **fields}) + "\n")
+        self.process.stdin.flush()
+        line = await asyncio.wait_for(asyncio.to_thread(self.process.stdout.readline), 300)
+        return dict(json.loads(line))
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()

@@ -178,7 +178,7 @@ def _install(
             [str(venv / "bin" / "python"), "-c", "import sys; print(sys.version.split()[0])"], "python"
         ).strip(),
         installed_at=store.now(),
-        lock=_run([*pip, "freeze", "--all"], "pip freeze").split(),
+        lock=_run([*pip, "freeze", "--all"], "pip freeze").splitlines(),
         envs=[],
     )
     declared = {ep.name: ep.value for ep in distribution.entry_points if ep.group == ENTRY_POINT_GROUP}
@@ -227,7 +227,7 @@ def install_bundled(directory: Path, *, python: str | None = None, say: Say = pr
     wheels = sorted(directory.glob("*.whl"))
     lock = directory / "requirements.lock"
     constraints = directory / ".constraints.txt"  # the lock without the package's own (direct URL) line
-    constraints.write_text("".join(f"{line}\n" for line in lock.read_text().split() if "@" not in line))
+    constraints.write_text("".join(f"{line}\n" for line in lock.read_text().splitlines() if " @ " not in line))
     first = bundled.envs[0] if bundled.envs else None
     return install(
         str(wheels[0]) if wheels else bundled.requirement,

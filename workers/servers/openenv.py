@@ -63,6 +63,7 @@ def reset_observation(reset: ResetResult, task: Task) -> dict[str, Any]:
             "messages": [m.model_dump(mode="json", exclude_defaults=True) for m in reset.messages],
             "tools": [t.to_openai() for t in reset.tools],
             "turn": 0,
+            "node_id": reset.node_id,
         }
     )
 

@@ -4,14 +4,11 @@ actions. Out: OpenEnv's client drives a gymflow env over the exporter, through a
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
 import uuid
 from pathlib import Path
-from typing import Any
 
-from interop_support import REFERENCES, gymflow_eval, record_of, require, run_reference, tool_calls
+from interop_support import Driver, gymflow_eval, record_of, require, run_reference, tool_calls
 from temporalio.client import Client
 
 from gymflow.envs.contract import Task, Trajectory
@@ -35,31 +32,6 @@ async def test_openenv_env_through_gymflow_eval(client: Client, temporal_address
     returns = run_reference(record_of("oe"), "openenv_replay.py", {"app": "oe_guess.server:app", "episodes": episodes})
     assert [t.reward.total for t in trajectories if t.reward] == returns
     assert all(0.5 < r <= 1.0 for r in returns)  # 1 for the right guess, -0.05 per wrong one
-
-
-class Driver:
-    """OpenEnv's `GenericEnvClient` in the OpenEnv package's venv, one command per line."""
-
-    def __init__(self, python: Path, url: str) -> None:
-        self.process = subprocess.Popen(
-            [str(python), str(REFERENCES / "openenv_driver.py"), url],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-
-    async def send(self, op: str, **fields: Any) -> dict[str, Any]:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(json.dumps({"op": op, **fields}) + "\n")
-        self.process.stdin.flush()
-        line = await asyncio.wait_for(asyncio.to_thread(self.process.stdout.readline), 300)
-        return dict(json.loads(line))
-
-    def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
 
 
 async def test_openenv_client_drives_a_gymflow_env(client: Client, worker: RunningWorker) -> None:
