@@ -294,9 +294,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     settings = _settings(args)
     # Env packages are found by this variable in every process of the node (gymflow.envs.packages.store):
     # this one, its worker, the policy servers it starts.
-    os.environ.setdefault(
-        "GYMFLOW_ENV_PACKAGES_DIR", str(settings.env_packages_dir or settings.data_dir / "env-packages")
-    )
+    packages = settings.env_packages_dir or settings.data_dir / "env-packages"
+    os.environ.setdefault("GYMFLOW_ENV_PACKAGES_DIR", str(packages.resolve()))
     if args.command == "codec-server":
         return commands.codec_server(args, settings)
     if args.command == "server":
