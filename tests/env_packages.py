@@ -36,7 +36,7 @@ class TestPackage:
     datasets: dict[str, str] = field(default_factory=dict)
     dataset_options: dict[str, Any] = field(default_factory=dict)
     policies: dict[str, str] = field(default_factory=dict)
-    stateless: bool = False
+    stateless: bool | tuple[str, ...] = False
 
 
 def _policy(name: str) -> str:
@@ -61,6 +61,7 @@ PACKAGES = {
             "split": "train",
         },
         {"bmx-math:reference": _policy("CalculatorPolicy"), "bmx-notes:reference": _policy("NotesPolicy")},
+        stateless=("bmx-math",),  # a calculator: a rollout that lost its node goes on elsewhere
     ),
     "vf": TestPackage(
         "gymflow-example-vf-envs", "vf_envs", ("vf-arith", "vf-calc", "vf-guess"),
@@ -78,9 +79,11 @@ PACKAGES = {
 
 
 def source_digest(package: TestPackage) -> str:
-    """What the install is of: the package's sources and the policies file it names."""
+    """What the install is of: how it is installed, the package's sources and the policies file it names."""
     files = sorted(p for p in (SOURCES / package.source).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    data = b"".join(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes() for p in [*files, POLICIES])
+    data = repr(package).encode() + b"".join(
+        str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes() for p in [*files, POLICIES]
+    )
     return hashlib.sha256(data).hexdigest()
 
 

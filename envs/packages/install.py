@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -67,7 +67,7 @@ def install(
     datasets: dict[str, str] | None = None,
     dataset_options: dict[str, Any] | None = None,
     policies: dict[str, str] | None = None,
-    stateless: bool = False,
+    stateless: bool | Collection[str] = False,
     python: str | None = None,
     constraints: Path | None = None,
     expect_digest: str | None = None,
@@ -85,7 +85,8 @@ def install(
             (`ENV:NAME` keys: that env's).
 
     Options, dataset options and policies named `ENV:KEY` apply to env ENV only (`scoped`).
-        stateless: The envs keep no state a lost rollout needs (it may just be re-initialised).
+        stateless: The envs (True: all; else those named) keep no state a lost rollout needs: it is
+            re-initialised on another node.
         python: The interpreter the venv is made from (default: this one's).
         constraints: A pip constraints file (every dependency's exact version, from a bundle).
         expect_digest: Refuse the install unless the package's digest is this one (from a bundle).
@@ -126,7 +127,7 @@ def _install(
     datasets: dict[str, str],
     dataset_options: dict[str, Any],
     policies: dict[str, str],
-    stateless: bool,
+    stateless: bool | Collection[str],
     python: str,
     constraints: Path | None,
     say: Say,
@@ -198,7 +199,7 @@ def _install(
             dataset=datasets.get(env_name, datasets.get("")),
             dataset_options=scoped(dataset_options, env_name),
             policies={k: _absolute(v) for k, v in scoped(policies, env_name).items()},
-            stateless=stateless,
+            stateless=stateless if isinstance(stateless, bool) else env_name in stateless,
         )
         record.envs.append(_described(record, decl))
     for env_decl in record.envs:
@@ -228,7 +229,6 @@ def install_bundled(directory: Path, *, python: str | None = None, say: Say = pr
     lock = directory / "requirements.lock"
     constraints = directory / ".constraints.txt"  # the lock without the package's own (direct URL) line
     constraints.write_text("".join(f"{line}\n" for line in lock.read_text().splitlines() if " @ " not in line))
-    first = bundled.envs[0] if bundled.envs else None
     return install(
         str(wheels[0]) if wheels else bundled.requirement,
         extras=bundled.extras,
@@ -237,7 +237,7 @@ def install_bundled(directory: Path, *, python: str | None = None, say: Say = pr
         datasets={d.name: d.dataset for d in bundled.envs if d.dataset},
         dataset_options={f"{d.name}:{k}": v for d in bundled.envs for k, v in d.dataset_options.items()},
         policies={f"{d.name}:{k}": v for d in bundled.envs for k, v in d.policies.items()},
-        stateless=first.stateless if first else False,
+        stateless=[d.name for d in bundled.envs if d.stateless],
         python=python,
         constraints=constraints,
         expect_digest=bundled.digest,

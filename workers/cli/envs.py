@@ -64,7 +64,8 @@ def add_envs_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                          metavar="[ENV:]KEY=VALUE", help="an option of its loader (repeatable)")  # fmt: skip
     install.add_argument("--policy", dest="policies", action="append", default=[], metavar="[ENV:]NAME=SPEC",
                          help="a scripted policy, NAME=module:Class or file.py:Class (repeatable)")  # fmt: skip
-    install.add_argument("--stateless", action="store_true", help="its envs keep no state a lost rollout needs")
+    install.add_argument("--stateless", action="append", nargs="?", const="", default=[], metavar="ENV",
+                         help="its envs (or ENV) keep no state a lost rollout needs (repeatable)")  # fmt: skip
     install.add_argument("--python", help="interpreter to make the venv from (default: gymflow's)")
     remove = esub.add_parser("remove", help="delete an env package (every version, or one)")
     remove.add_argument("package", metavar="NAME", help="the package's distribution name (see `envs list --packages`)")
@@ -169,7 +170,7 @@ def _install_spec(args: argparse.Namespace, say: Any) -> PackageRecord:
         datasets={k if sep else "": v for k, sep, v in (d.rpartition("=") for d in args.datasets)},
         dataset_options=_pairs(args.dataset_options, "--dataset-option", parse=True),
         policies=_pairs(args.policies, "--policy", parse=False),
-        stateless=args.stateless,
+        stateless=True if "" in args.stateless else args.stateless,
         python=args.python,
         say=say,
     )
