@@ -85,6 +85,8 @@ class VerifiersAdapter(base.Adapter):
         self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._reply: asyncio.Future[Any] | None = None
         self._delivered = 0
+        self.messages: list[dict[str, Any]] = []
+        """The conversation as of the last answer gymflow delivered (what `interaction.trace` shows)."""
 
     async def start(self) -> None:
         if self.multi_turn:
@@ -203,6 +205,7 @@ class VerifiersAdapter(base.Adapter):
         if self._episode is None or self._reply is None or self._reply.done():
             return None
         vf = _vf()
+        self.messages = list(messages)
         segment = [m for m in messages[self._delivered :] if m.get("role") in {"assistant", "tool"}]
         self._delivered = len(messages)
         self._reply.set_result(vf.Segment(messages=[_vf_message(m) for m in segment]))
@@ -288,7 +291,8 @@ class _Interaction:
 
     @property
     def trace(self) -> Any:
-        return build_trace(self.adapter.task, [], agent=self.adapter.role)
+        """The exchange so far, as a verifiers Trace (rebuilt from what gymflow delivered)."""
+        return build_trace(self.adapter.task, self.adapter.messages, agent=self.adapter.role)
 
 
 class _Agents:
