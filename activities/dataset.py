@@ -45,7 +45,7 @@ from gymflow.activities.dataset_models import (
 )
 from gymflow.activities.dataset_scan import scan
 from gymflow.activities.model import _heartbeating
-from gymflow.activities.storage import StorageError, Store, open_store
+from gymflow.activities.storage import Store, open_store
 from gymflow.envs.contract import Task
 from gymflow.envs.datagen import format as fmt
 from gymflow.envs.datagen.corpus import Chunk, Rejection, reject
@@ -64,6 +64,7 @@ from gymflow.envs.datagen.index import Bm25Index
 from gymflow.envs.datagen.plan import task_id
 from gymflow.envs.datagen.text import CorpusContext
 from gymflow.envs.datagen.traces import TraceTurn, dedup_text, label_messages, load_redactor, turn_task
+from gymflow.envs.errors import StorageError
 
 _CACHED_RUNS = 8
 

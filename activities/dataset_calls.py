@@ -35,7 +35,8 @@ from temporalio.exceptions import ApplicationError
 
 from gymflow.activities.judge import JUDGE_ENDPOINT
 from gymflow.activities.model import MODEL_ENDPOINT, ChatEndpoint, ModelConfig, chat_body
-from gymflow.activities.storage import StorageError, Store
+from gymflow.activities.storage import Store
+from gymflow.envs.errors import StorageError
 
 
 class CallFailed(Exception):

@@ -27,14 +27,15 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from gymflow.activities import errors
-from gymflow.activities.bundle import Bundle, BundleError, build_bundle, read_splits, sha256
+from gymflow.activities.bundle import Bundle, build_bundle, read_splits, sha256
 from gymflow.activities.comparison import compare_batches
 from gymflow.activities.model import ModelConfig
-from gymflow.activities.storage import StorageError, open_store, read_trajectories
+from gymflow.activities.storage import open_store, read_trajectories
 from gymflow.deploy import training as backends
-from gymflow.envs.contract import BaseEnv, DatasetError, Task, Wire
+from gymflow.envs.contract import BaseEnv, Task, Wire
 from gymflow.envs.datagen.format import to_jsonl
-from gymflow.envs.registry import EnvFileError, UnknownEnvError, env_class
+from gymflow.envs.errors import BundleError, DatasetError, EnvFileError, StorageError, UnknownEnvError
+from gymflow.envs.registry import env_class
 from gymflow.workflows.training_schema import CheckpointReport, EvalSummary, PreparedRun, RunConfig, TrainerSpec
 
 TRAINING_CONFIG = "TrainingConfigError"

@@ -20,7 +20,6 @@ dataset_preprocess/load_dataset), with two changes that matter for training:
 
 from __future__ import annotations
 
-import enum
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import to_json
 
-from gymflow.envs.errors import UserError
+from gymflow.envs.wire.termination import TerminationReason
 from gymflow.envs.wire.tokens import TokenSequence, TurnTokens, build_sequence
 
 if TYPE_CHECKING:  # gymflow.envs.rewards.rubric imports this module
@@ -212,53 +211,6 @@ class Reward(Wire):
         return cls(total=float(value), components={"reward": float(value)})
 
 
-class TerminationReason(enum.StrEnum):
-    """Why a rollout stopped. The first group is normal; the second is infrastructure."""
-
-    FINAL_ANSWER = "final_answer"
-    """The model answered without calling a tool."""
-    MAX_TURNS = "max_turns"
-    CONTEXT_BUDGET = "context_budget"
-    """The next turn would not fit the model's context window, or the conversation reached the
-    payload limit of the deployment's history (its last message is then cut, with a note)."""
-    OUTPUT_BUDGET = "output_budget"
-    """The model produced more tokens in total than the rollout allows."""
-    TOOL_BUDGET = "tool_budget"
-    """The model made more tool calls than the rollout allows."""
-    MODEL_ERROR = "model_error"
-    """The model endpoint failed after Temporal's retries (or refused the request)."""
-    ENV_ERROR = "env_error"
-    """The environment failed (server died, init failed) and could not be recovered."""
-    ENV_UNAVAILABLE = "env_unavailable"
-    """The env cannot work on the node that took the rollout (`BaseEnv.unavailable`: no code
-    sandbox, a missing binary, image or credential); the error names the fix."""
-    NODE_LOST = "node_lost"
-    """The worker node holding the rollout disappeared and the env cannot be rebuilt."""
-    REWARD_ERROR = "reward_error"
-    """The reward function failed or returned a non-finite value."""
-    CANCELLED = "cancelled"
-    IDLE_TIMEOUT = "idle_timeout"
-    """A trainer-driven session (RolloutSessionWorkflow) got no update for its idle timeout."""
-
-    @property
-    def infra_failed(self) -> bool:
-        """Whether a rollout that ended this way must be dropped rather than trained on."""
-        return self in _INFRA_REASONS
-
-
-_INFRA_REASONS = frozenset(
-    {
-        TerminationReason.MODEL_ERROR,
-        TerminationReason.ENV_ERROR,
-        TerminationReason.ENV_UNAVAILABLE,
-        TerminationReason.NODE_LOST,
-        TerminationReason.REWARD_ERROR,
-        TerminationReason.CANCELLED,
-        TerminationReason.IDLE_TIMEOUT,
-    }
-)
-
-
 class Usage(Wire):
     """Token counts summed over a rollout's model turns."""
 
@@ -304,7 +256,7 @@ class Trajectory(Wire):
         """The whole conversation as the model saw it: token ids, loss mask (1 on model tokens), logprobs.
 
         Raises:
-            gymflow.envs.wire.tokens.TokenDataError: A turn has no token data, or (`TokenMismatch`) its prompt
+            gymflow.envs.errors.TokenDataError: A turn has no token data, or (`TokenMismatch`) its prompt
                 does not extend the previous prompt + completion.
         """
         return build_sequence(self.tokens, expected_turns=self.turns)
@@ -314,27 +266,6 @@ class Trajectory(Wire):
         if self.infra_failed != self.termination.infra_failed:
             raise ValueError(f"infra_failed={self.infra_failed} contradicts termination {self.termination}")
         return self
-
-
-class ToolError(Exception):
-    """A tool failed in a way the model should see (bad arguments, a refused path, ...)."""
-
-
-class InfraError(Exception):
-    """The environment itself failed: not the model's fault, never a reward of 0.
-
-    Raise it (or a subclass) from run_tool/compute_reward/init_rollout when the failure is in
-    the machinery (a server process died, a connection broke). The rollout is recovered or ends
-    flagged infra_failed.
-    """
-
-
-class RolloutNotFound(InfraError):
-    """This process holds no state for the rollout (it was released, or the worker restarted)."""
-
-
-class DatasetError(UserError, ValueError):
-    """A dataset row is invalid; the message names the row (file:line) and the field."""
 
 
 @dataclass(frozen=True)
@@ -514,7 +445,7 @@ class BaseEnv(ABC):
     @classmethod
     def baseline_policy(cls, name: str = "default") -> Any:
         """The scripted policy `name` of `policies` (see gymflow.envs.policy): `default` is the first, `null`
-        exists everywhere. Raises `gymflow.envs.policy.NoBaselinePolicy` / `UnknownPolicy` (UserErrors)."""
+        exists everywhere. Raises `gymflow.envs.errors.NoBaselinePolicy` / `UnknownPolicy` (UserErrors)."""
         from gymflow.envs.policy import make_policy  # gymflow.envs.policy builds on this module
 
         return make_policy(cls, name)

@@ -31,7 +31,7 @@ from gymflow.activities.storage import StorageActivities
 from gymflow.activities.trainer_jobs import TrainerActivities
 from gymflow.activities.training import TrainingActivities
 from gymflow.activities.turn import TurnActivities
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import WorkerStartError
 from gymflow.envs.mcp.ledger import reap_orphans
 from gymflow.workers.admission import Admission
 from gymflow.workers.config import Settings
@@ -240,10 +240,6 @@ async def running_worker(
             await model_activities.aclose()
             await judge_activities.aclose()
             await datasets.aclose()
-
-
-class WorkerStartError(UserError, RuntimeError):
-    """The worker cannot start (its Temporal server is unreachable)."""
 
 
 async def run_worker(settings: Settings) -> None:

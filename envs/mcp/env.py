@@ -25,7 +25,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gymflow.envs.contract import BaseEnv, InfraError, Message, Reward, RolloutNotFound, ToolResult, ToolSpec
+from gymflow.envs.contract import BaseEnv, Message, Reward, ToolResult, ToolSpec
+from gymflow.envs.errors import InfraError, RolloutNotFound
 from gymflow.envs.mcp import workspace as ws
 from gymflow.envs.mcp.config import McpServerConfig, parse_servers
 from gymflow.envs.mcp.content import Parser, load_parser

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gymflow.envs.contract import ToolError, ToolResult, ToolSpec
+from gymflow.envs.contract import ToolResult, ToolSpec
+from gymflow.envs.errors import ToolError
 from gymflow.envs.mcp.config import McpServerConfig
 from gymflow.envs.mcp.content import Parser
 from gymflow.envs.mcp.ledger import Ledger

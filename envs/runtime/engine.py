@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from gymflow.envs.errors import UserError
-from gymflow.envs.runtime.base import CappedOutput, SandboxError, drain, feed_stdin
+from gymflow.envs.errors import EngineError, EngineUnavailable
+from gymflow.envs.runtime.base import CappedOutput, drain, feed_stdin
 
 ENGINE_ENV = "GYMFLOW_CONTAINER_ENGINE"
 """Names the engine binary (a name on the PATH or a path)."""
@@ -54,14 +54,6 @@ LABEL_STATE = "gymflow.state"
 
 ENGINE_OUTPUT_BYTES = 256 * 1024
 """Output kept of one engine command (build logs are the long ones)."""
-
-
-class EngineError(SandboxError):
-    """An engine command failed; the message carries the command and the end of its output."""
-
-
-class EngineUnavailable(UserError):
-    """No container engine on this node."""
 
 
 @dataclass(frozen=True)

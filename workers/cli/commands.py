@@ -88,7 +88,7 @@ def preflight(env: str, *, local_worker: bool = True) -> None:
 
 
 def check_policies(env: str, *policies: str | None) -> None:
-    """Refuse a mistyped baseline policy name (gymflow.envs.policy.UnknownPolicy) before anything starts."""
+    """Refuse a mistyped baseline policy name (gymflow.envs.errors.UnknownPolicy) before anything starts."""
     from gymflow.workers.cli.runner import is_url
 
     for policy in policies:

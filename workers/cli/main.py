@@ -12,16 +12,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import SettingsError
 from gymflow.envs.registry import env_class
 from gymflow.workers import logs
 from gymflow.workers.cli import commands, exits
 from gymflow.workers.cli.envs import add_envs_args, run_envs
 from gymflow.workers.config import Settings
-
-
-class SettingsError(UserError, ValueError):
-    """A GYMFLOW_* variable (or option) that is not a valid setting."""
 
 
 def _settings(args: argparse.Namespace) -> Settings:

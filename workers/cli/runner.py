@@ -20,8 +20,8 @@ from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
 from gymflow.envs.contract import Task
+from gymflow.envs.errors import ServerError, ServerRunning, TokenDataError
 from gymflow.envs.registry import env_class
-from gymflow.envs.wire.tokens import TokenDataError
 from gymflow.workers.cli import exits
 from gymflow.workers.config import Settings
 from gymflow.workers.sdk import client as sdk
@@ -135,9 +135,9 @@ async def connect_or_start(settings: Settings, *, start_server: bool, out: TextI
 
     try:
         client = await embedded.wait_until_reachable(connect, timeout_s=1.0)
-    except embedded.ServerError:
+    except ServerError:
         if not start_server:
-            raise embedded.ServerError(
+            raise ServerError(
                 f"no Temporal server at {settings.temporal_address}: start one with `gymflow server`"
             ) from None
         host, _, port = settings.temporal_address.rpartition(":")
@@ -146,7 +146,7 @@ async def connect_or_start(settings: Settings, *, start_server: bool, out: TextI
         try:
             pid = embedded.start_background(data_dir=settings.data_dir, port=int(port), ui_port=settings.web_ui_port)
             print(f"started the embedded Temporal server (pid {pid}, data in {settings.data_dir})", file=out)
-        except embedded.ServerRunning as exc:
+        except ServerRunning as exc:
             # The data dir's server serves another port (say so), or this one and is still starting
             # (another command started it a moment ago): then wait for it.
             if exc.running is None or exc.running.port != int(port):

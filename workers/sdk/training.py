@@ -19,12 +19,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import ConfigError
 from gymflow.workflows.training_schema import RunConfig
-
-
-class ConfigError(UserError, ValueError):
-    """The run config cannot be used; the message names the file and every field at fault."""
 
 
 def read_config_data(path: Path) -> dict[str, Any]:

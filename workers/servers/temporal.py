@@ -35,7 +35,7 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSe
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import ServerError, ServerRunning
 from gymflow.workers.config import SERVER_RECORD
 from gymflow.workflows.names import SEARCH_ATTRIBUTES
 
@@ -64,10 +64,6 @@ completes) at most 20 times a second by default, so every model turn, tool call 
 this (bench/, bare workflow). Idle, the reader waits for notifications as before. The same for the
 visibility queue cost server CPU under load (bench (c): 27.6 s instead of 25.7 s) and is left
 alone. The embedded server's settings only — a production cluster is tuned by its operators."""
-
-
-class ServerError(UserError, RuntimeError):
-    """The embedded server could not be found, started or reached."""
 
 
 LOCK_FILE = "server.lock"
@@ -128,19 +124,6 @@ class ServerRecord:
     def where(self) -> str:
         pid = f"pid {self.pid}, " if self.pid else ""
         return f"{pid}frontend localhost:{self.port}, UI http://localhost:{self.ui_port}"
-
-
-class ServerRunning(ServerError):
-    """A server already runs on this data dir; the message says where and what to do instead."""
-
-    def __init__(self, data_dir: Path, running: ServerRecord | None) -> None:
-        self.data_dir, self.running = data_dir, running
-        where = f" ({running.where()})" if running else ""
-        use = f"use it (--address localhost:{running.port}), " if running else ""
-        super().__init__(
-            f"a Temporal server already runs on data dir {data_dir}{where}: {use}stop it with "
-            f"`gymflow server --stop --data-dir {data_dir}`, or give this one another --data-dir"
-        )
 
 
 def record(*, data_dir: Path, port: int, ui_port: int, pid: int | None = None, detached: bool = False) -> None:
