@@ -45,3 +45,12 @@ def third_of_timeout(floor_s: float, default_s: float | None = None) -> float | 
         return None
     timeout = activity.info().heartbeat_timeout
     return max(timeout.total_seconds() / 3, floor_s) if timeout else default_s
+
+
+async def with_heartbeats(awaitable: Awaitable[T]) -> T:
+    """Await, heartbeating at a third of the heartbeat timeout when the activity has one.
+
+    A long call (a generation, a dataset batch) then reveals a dead worker within the heartbeat
+    timeout instead of start_to_close, and activity cancellation reaches the call.
+    """
+    return await heartbeating(awaitable, third_of_timeout(0.05))

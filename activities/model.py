@@ -26,9 +26,9 @@ import json
 import math
 import time
 import urllib.request
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -36,13 +36,11 @@ from pydantic import Field
 from temporalio import activity
 
 from gymflow.activities.errors import CONTEXT_LENGTH, MODEL_ERROR, MODEL_REJECTED, non_retryable, retryable
-from gymflow.activities.heartbeat import heartbeating, third_of_timeout
+from gymflow.activities.heartbeat import with_heartbeats
 from gymflow.envs.contract import Message, ToolSpec, Usage, Wire, json_bytes
 from gymflow.envs.wire import chat
 from gymflow.envs.wire.images import render_messages_with_images
 from gymflow.envs.wire.tokens import TokenPrefix, TurnTokens, completion_token_data, turn_tokens
-
-_T = TypeVar("_T")
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
 _CONTEXT_MARKERS = (
@@ -216,7 +214,7 @@ class ChatEndpoint:
             self._http = None
 
     async def complete(self, base_url: str | None, body: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
-        """One chat completion, heartbeating while it runs (see `_heartbeating`).
+        """One chat completion, heartbeating while it runs (see `gymflow.activities.heartbeat.with_heartbeats`).
 
         Args:
             base_url: The endpoint including ``/v1``; None or empty is a rejected request.
@@ -245,7 +243,7 @@ class ChatEndpoint:
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         timeout = aiohttp.ClientTimeout(total=timeout_s, connect=min(timeout_s, 30.0))
         try:
-            response = await _heartbeating(self._post(url, body, headers, timeout))
+            response = await with_heartbeats(self._post(url, body, headers, timeout))
         except aiohttp.InvalidURL as exc:
             raise non_retryable(
                 self.scrub(f"invalid {name} endpoint {url!r} ({source}): {exc}"), type=self.errors.rejected
@@ -405,15 +403,6 @@ class ModelActivities:
                 type=MODEL_ERROR,
             )
         return result
-
-
-async def _heartbeating(awaitable: Awaitable[_T]) -> _T:
-    """Await, heartbeating at a third of the heartbeat timeout when the activity has one.
-
-    A long generation then reveals a dead worker within the heartbeat timeout instead of
-    start_to_close, and activity cancellation reaches the request.
-    """
-    return await heartbeating(awaitable, third_of_timeout(0.05))
 
 
 @dataclass(frozen=True)
