@@ -133,6 +133,17 @@ def test_no_module_uses_another_modules_private_names() -> None:
     assert not found, "private names of another module (make them public, or move them):\n" + "\n".join(found)
 
 
+def test_sdk_internals_are_imported_only_in_the_fenced_module_or_for_type_checking() -> None:
+    found = [
+        str(use)
+        for module, path in _sources()
+        if module not in FENCED
+        for owner, use, guarded in private_uses(module, path)
+        if owner == SDK and not guarded
+    ]
+    assert not found, "temporalio internals outside gymflow.workers.sandbox_fast:\n" + "\n".join(found)
+
+
 def test_the_check_sees_each_kind_of_use(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text(

@@ -111,6 +111,11 @@ class Settings(BaseSettings):
     beyond the slots wait on the server, where they cost nothing. A workflow task stays open while
     a local-activity model turn (`ModelConfig.local_activity`) runs, so this also bounds how many
     of this worker's rollouts can be generating that way at once: raise it for local turns."""
+    workflow_runner: Literal["fast", "stock"] = "fast"
+    """How workflow code runs in the sandbox: `fast`, gymflow's runner (the SDK's sandbox without its
+    per-payload entries into it), or `stock`, the SDK's own `SandboxedWorkflowRunner`. Both apply the
+    same restrictions; `fast` falls back to `stock` by itself, with a warning, on an SDK whose
+    internals it does not know (gymflow.workers.sandbox_runner)."""
     workflow_threads: int | None = None
     """Threads that run workflow activations (None: one per workflow task slot, the SDK default)."""
     max_cached_workflows: int = 1000

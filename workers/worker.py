@@ -20,7 +20,6 @@ from typing import Any
 import structlog
 from temporalio.client import Client
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
-from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from gymflow.activities.dataset import DatasetActivities
 from gymflow.activities.env import EnvActivities
@@ -38,7 +37,7 @@ from gymflow.workers.config import Settings
 from gymflow.workers.dedup import DedupInterceptor
 from gymflow.workers.judge_worker import judge_worker
 from gymflow.workers.reaper import run_reaper
-from gymflow.workers.sandbox_runner import FastContextRunner
+from gymflow.workers.sandbox_runner import workflow_runner
 from gymflow.workflows.dataset import DatasetGenerationWorkflow
 from gymflow.workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
 from gymflow.workflows.names import judge_queue, node_queue
@@ -61,28 +60,6 @@ WORKFLOWS: list[type] = [
     TrainingRunWorkflow,
 ]
 
-# Modules the workflow sandbox shares with the host instead of re-importing per run: pydantic and
-# the wire types (heavy, and pure), the workflows' pure helpers and input/result models (a model
-# re-imported per run is rebuilt, type adapter and all, for every rollout), and logging renderers
-# that a host may have installed as log handlers (rich imports lazily and touches os.getcwd, which
-# the sandbox forbids). Only the workflow classes' own modules are re-imported per run.
-SANDBOX_PASSTHROUGH = (
-    *("pydantic", "pydantic_core", "annotated_types", "rich", "structlog", "gymflow.envs", "gymflow.activities"),
-    *(
-        "gymflow.workflows.schema",
-        "gymflow.workflows.names",
-        "gymflow.workflows.judging",
-        "gymflow.workflows.activity_calls",
-        "gymflow.workflows.budget",
-    ),
-    "gymflow.workflows.status",
-    *("gymflow.workflows.rollout_env", "gymflow.workflows.session_schema"),
-    "gymflow.workflows.training_schema",
-)
-SANDBOX_RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
-WORKFLOW_RUNNER = FastContextRunner(restrictions=SANDBOX_RESTRICTIONS)
-"""The sandbox, without the SDK runner's per-payload entries into it (gymflow.workers.sandbox_runner)."""
-
 
 def worker_tuning(settings: Settings, *, workflows: bool) -> dict[str, Any]:
     """`Worker` options of the shared queue's worker (`workflows=True`) or a node queue's.
@@ -96,7 +73,7 @@ def worker_tuning(settings: Settings, *, workflows: bool) -> dict[str, Any]:
     if workflows:
         threads = settings.workflow_threads
         options |= {
-            "workflow_runner": WORKFLOW_RUNNER,
+            "workflow_runner": workflow_runner(settings.workflow_runner),
             "max_concurrent_workflow_tasks": settings.workflow_task_slots,
             "max_concurrent_local_activities": settings.max_concurrent_local_activities,
             "max_cached_workflows": settings.max_cached_workflows,
