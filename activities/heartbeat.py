@@ -3,8 +3,8 @@ while a slow but live call keeps its activity open (a hung tool told apart from 
 
 The call is awaited in the activity's own task, and a timer on the event loop heartbeats beside it:
 no task per call, no wake-ups of the awaiting task. Each model turn and tool call of a rollout goes
-through here, and the task-and-wait form cost 0.54 ms of CPU per 10-turn rollout (~25 µs a call;
-this form saves 0.35 of it, in-process paired ablation). Cancelling the activity cancels the awaited
+through here, so what this costs per call is paid on every step of every rollout; the task-and-wait
+form cost measurably more CPU (docs/benchmarks.md). Cancelling the activity cancels the awaited
 call with it. Outside an activity (an env driven directly) there is nothing to heartbeat.
 """
 

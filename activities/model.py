@@ -183,10 +183,10 @@ class ChatEndpoint:
         self._proxies: dict[tuple[str, str], str | None] = {}
 
     def _session(self) -> aiohttp.ClientSession:
-        # Made on first use, inside the worker's event loop. aiohttp, not httpx: at 16-128 requests
-        # in flight httpx spent 3.2 ms of CPU per request (its pool polls every idle connection's
-        # socket per request), aiohttp 0.3 ms (bench/: the model client was 21% of the worker's CPU
-        # at saturation). No pool cap: the worker's activity slots bound it. Idle connections are
+        # Made on first use, inside the worker's event loop. aiohttp, not httpx: with many requests
+        # in flight httpx's pool polls every idle connection's socket per request, so its CPU per
+        # request grows with the connections (docs/benchmarks.md: the model client was a large share
+        # of the worker's CPU at saturation). No pool cap: the worker's activity slots bound it. Idle connections are
         # dropped before uvicorn's 5 s keep-alive (vLLM's and SGLang's servers) closes them: reusing
         # one the server is closing fails the request (a disconnect the bench saw, costing a retry).
         # HTTP(S)_PROXY / NO_PROXY apply (`_proxy`), as they did with httpx; not through aiohttp's

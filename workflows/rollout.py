@@ -9,7 +9,7 @@ continue, replayable envs get their recorded tool calls re-executed first, other
 typed infra failure (that env half lives in gymflow.workflows.rollout_env, shared with the trainer-driven
 RolloutSessionWorkflow). Bad model output is data: it becomes an error observation, never a crash.
 
-Round trips (bench/: at zero latency each costs the server and worker more CPU than the work it
+Round trips (docs/benchmarks.md: at zero latency each costs the server and worker more CPU than the work it
 does). `compute_reward` frees the rollout's state when it succeeds, so a finished rollout needs no
 separate `release_rollout`; every failure path still releases in `finally`. With
 `ModelConfig.local_activity` (opt-in) model turns are local activities: `generate` needs no node,

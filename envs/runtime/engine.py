@@ -11,7 +11,7 @@ Why the CLI rather than the Docker Engine API (docker-py, aiodocker):
   own.
 * The flags gymflow uses (run, exec, cp, rm, ps, inspect, build, image inspect/mount, import) mean the
   same in podman and docker, so one code path drives both.
-The cost is one process per engine call (~0.2 s for `exec` here); `bench/containers.py` measures it.
+The cost is one process per engine call; `bench/containers.py` measures it.
 
 Engine settings: `GYMFLOW_CONTAINER_ENGINE` (or `Engine.detect(binary=...)`) names the binary; by
 default podman, else docker, from the PATH. For podman the OCI runtime is chosen too: `runc` when it
