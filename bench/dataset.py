@@ -158,12 +158,13 @@ async def gymflow(
     client: Any, queue: str, corpus: Path, out: Path, *, n: int, options: GenerationOptions, batch: int, window: int
 ) -> tuple[int, dict[str, Any]]:
     from gymflow.workflows.dataset import DatasetGenerationWorkflow
+    from gymflow.workflows.names import dataset_queue
     from gymflow.workflows.schema import DatasetInput
 
     input = DatasetInput(source=DatasetSource(kind="corpus", location=str(corpus)), n=n, out=str(out),
                          options=options, batch_size=batch, window=window)  # fmt: skip
     result = await client.execute_workflow(
-        DatasetGenerationWorkflow.run, input, id=f"bench-ds-{uuid.uuid4().hex[:8]}", task_queue=queue
+        DatasetGenerationWorkflow.run, input, id=f"bench-ds-{uuid.uuid4().hex[:8]}", task_queue=dataset_queue(queue)
     )
     return result.accepted, {"rejected": result.rejected, "calls_made": result.calls_made}
 

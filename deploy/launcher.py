@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,8 @@ class FleetSpec:
     temporal_address: str
     task_queue: str
     namespace: str = "default"
+    roles: Sequence[str] | None = None
+    """The roles every node of the fleet serves (gymflow.workers.roles); None: the task file's."""
     infra: str | None = None
     """SkyPilot infra, e.g. `aws`, `gcp/us-central1`, `k8s`."""
     cluster: str = DEFAULT_CLUSTER
@@ -79,6 +81,7 @@ def task_config(spec: FleetSpec, environ: Mapping[str, str] | None = None) -> di
         "GYMFLOW_TEMPORAL_ADDRESS": spec.temporal_address,
         "GYMFLOW_TASK_QUEUE": spec.task_queue,
         "GYMFLOW_NAMESPACE": spec.namespace,
+        **({"GYMFLOW_WORKER_ROLES": ",".join(spec.roles)} if spec.roles else {}),
         **spec.env,
     }
     secrets = {name: environ.get(name) for name in config.get("secrets") or {}}

@@ -14,6 +14,10 @@ improvement). Lineage (digests of config, dataset and env bundle; checkpoints; e
 memo and to `runs/<run>/manifest.json`. Cancelling the run (Temporal cancel, or the `cancel`
 signal) stops the trainer first, then cancels (never terminates) every child. Long runs continue
 as new at a point with no eval in flight, carrying their state.
+
+The run lives on a training queue (`names.training_queue`, served by workers of the `training`
+role); its eval batches and its trainer's rollout groups go to the shared queue that queue belongs
+to (`names.rollout_queue`), served by the `rollout` role.
 """
 
 from __future__ import annotations
@@ -240,7 +244,7 @@ class TrainingRunWorkflow:
                 bundle=bundle,
                 baseline=endpoint(config.baseline),
                 services=services,
-                task_queue=workflow.info().task_queue,
+                task_queue=names.rollout_queue(workflow.info().task_queue),  # where the trainer's rollouts go
             ),
             start_to_close_timeout=LONG,
             retry_policy=QUICK,

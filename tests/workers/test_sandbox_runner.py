@@ -35,9 +35,9 @@ with workflow.unsafe.imports_passed_through():
     from gymflow.activities.model import ModelConfig
     from gymflow.envs.builtin.math.data import generate_tasks
     from gymflow.workers import sandbox_fast, sandbox_runner
+    from gymflow.workers.roles import all_workflows
     from gymflow.workers.sandbox_runner import SANDBOX_RESTRICTIONS, workflow_runner
     from gymflow.workers.sdk.client import DATA_CONVERTER, run_rollout
-    from gymflow.workers.worker import WORKFLOWS
     from gymflow.workflows.schema import RolloutInput
 
 ROOT = Path(__file__).parents[2]
@@ -72,7 +72,7 @@ class _ComparingRunner(sandbox_fast.FastContextRunner):
 async def test_context_lookups_answer_as_the_sdk_does_for_every_recorded_history() -> None:
     _Comparing.pairs = []
     runner = _ComparingRunner(restrictions=SANDBOX_RESTRICTIONS)
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=runner)
+    replayer = Replayer(workflows=all_workflows(), data_converter=DATA_CONVERTER, workflow_runner=runner)
     for path in HISTORIES:
         await replayer.replay_workflow(_history(path))
     assert len(_Comparing.pairs) > 100
@@ -85,7 +85,7 @@ async def test_context_lookups_answer_as_the_sdk_does_for_every_recorded_history
 async def test_the_fast_path_is_the_one_taken(caplog: pytest.LogCaptureFixture) -> None:
     assert isinstance(workflow_runner(), sandbox_fast.FastContextRunner)
     before = sandbox_fast.FastInstance.fast_lookups
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=workflow_runner())
+    replayer = Replayer(workflows=all_workflows(), data_converter=DATA_CONVERTER, workflow_runner=workflow_runner())
     with caplog.at_level("WARNING", logger=sandbox_fast.__name__):
         await replayer.replay_workflow(_history(next(p for p in HISTORIES if p.stem == "math_fused")))
     assert sandbox_fast.FastInstance.fast_lookups - before >= 10
@@ -124,7 +124,7 @@ async def test_an_sdk_without_the_in_sandbox_object_gets_its_own_lookups_and_one
 ) -> None:
     monkeypatch.setattr(sandbox_fast, "IN_SANDBOX", "__moved_by_a_later_sdk__")
     monkeypatch.setattr(sandbox_fast, "_warned", set())
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=workflow_runner())
+    replayer = Replayer(workflows=all_workflows(), data_converter=DATA_CONVERTER, workflow_runner=workflow_runner())
     with caplog.at_level("WARNING", logger=sandbox_fast.__name__):
         await replayer.replay_workflow(_history(next(p for p in HISTORIES if p.stem == "math_fused")))
     warnings = [r.getMessage() for r in caplog.records if "slower path" in r.getMessage()]

@@ -15,9 +15,9 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from gymflow.workers.roles import all_workflows
 from gymflow.workers.sandbox_runner import RunnerChoice, workflow_runner
 from gymflow.workers.sdk.client import DATA_CONVERTER
-from gymflow.workers.worker import WORKFLOWS
 from gymflow.workflows.names import MEMO_PLAN
 from gymflow.workflows.schema import ROLLOUT_PLAN
 
@@ -27,7 +27,9 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 @pytest.mark.parametrize("runner", ["fast", "stock"])
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_recorded_history_replays(path: Path, runner: RunnerChoice) -> None:
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=workflow_runner(runner))
+    replayer = Replayer(
+        workflows=all_workflows(), data_converter=DATA_CONVERTER, workflow_runner=workflow_runner(runner)
+    )
     # `NAME_planK.json`: a history the workflow code of an earlier plan wrote (kept to prove that
     # the patches still replay it); `NAME_runK.json`: a later run (after continue-as-new) of the
     # workflow NAME. Either way its workflow id is NAME.
@@ -50,7 +52,9 @@ async def test_a_declared_plan_replays_the_marker_an_older_worker_wrote(name: st
     start = recorded["events"][0]["workflowExecutionStartedEventAttributes"]
     fields = start.setdefault("memo", {"fields": {}})["fields"]
     fields[MEMO_PLAN] = {"metadata": {"encoding": _b64(b"json/plain")}, "data": _b64(str(ROLLOUT_PLAN).encode())}
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=workflow_runner(runner))
+    replayer = Replayer(
+        workflows=all_workflows(), data_converter=DATA_CONVERTER, workflow_runner=workflow_runner(runner)
+    )
     await replayer.replay_workflow(WorkflowHistory.from_json(name, json.dumps(recorded)))
 
 

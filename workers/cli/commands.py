@@ -233,6 +233,7 @@ def _deploy_with(launcher: Any, args: argparse.Namespace, settings: Settings) ->
         temporal_address=settings.temporal_address,
         task_queue=settings.task_queue,
         namespace=settings.namespace,
+        roles=settings.worker_roles,
         infra=args.infra,
         cluster=args.cluster,
         task_file=args.task_file or launcher.TASK_FILE,

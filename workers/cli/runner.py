@@ -24,6 +24,7 @@ from gymflow.envs.errors import ServerError, ServerRunning, TokenDataError
 from gymflow.envs.registry import env_class
 from gymflow.workers.cli import exits
 from gymflow.workers.config import Settings
+from gymflow.workers.roles import COMMAND_ROLES
 from gymflow.workers.sdk import client as sdk
 from gymflow.workers.servers import temporal as embedded
 from gymflow.workers.servers.policy import PolicyServer
@@ -160,13 +161,14 @@ async def run_batch(options: BatchOptions, settings: Settings, *, out: TextIO = 
     """Run the batch end to end and return its report; progress lines go to `out`."""
     tasks = load_tasks(options)
     client = await connect_or_start(settings, start_server=options.start_server, out=out)
+    command = "demo" if options.start_server else "rollout"
     if options.local_worker:  # its own queue: no other command's rollouts, none of its own elsewhere
-        settings = settings.command_queue("demo" if options.start_server else "rollout")
+        settings = settings.command_queue(command)
         exits.note_queue_on_interrupt(settings.task_queue)
     async with contextlib.AsyncExitStack() as stack:
         url = await stack.enter_async_context(endpoint(options.env, options.model_url or options.policy))
         if options.local_worker:
-            await stack.enter_async_context(running_worker(client, settings))
+            await stack.enter_async_context(running_worker(client, settings, roles=COMMAND_ROLES[command]))
         inputs = [
             RolloutInput(
                 env=options.env,
