@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.procs import ROOT, Procs, free_port, load, measured, start_server
+from gymflow.activities.chat_endpoint import ChatEndpoint, chat_body
 from gymflow.activities.dataset_models import DatasetSource, GenerationOptions
 from gymflow.activities.judge import JUDGE_ENDPOINT
-from gymflow.activities.model import MODEL_ENDPOINT, ChatEndpoint, ModelConfig, chat_body
+from gymflow.activities.model import MODEL_ENDPOINT, ModelConfig
 from gymflow.envs.builtin.search.sample import write_sample_corpus
 from gymflow.envs.contract import Task
 from gymflow.envs.datagen import format as fmt

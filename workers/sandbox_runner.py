@@ -48,6 +48,7 @@ SANDBOX_PASSTHROUGH = (
         "gymflow.workflows.judging",
         "gymflow.workflows.activity_calls",
         "gymflow.workflows.budget",
+        "gymflow.workflows.fused_turns",
     ),
     "gymflow.workflows.status",
     *("gymflow.workflows.rollout_env", "gymflow.workflows.session_schema"),

@@ -19,8 +19,9 @@ from temporalio.exceptions import CancelledError, ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from gymflow.activities.errors import TRAINING_CONFIG
     from gymflow.activities.model import ModelConfig
-    from gymflow.activities.training import TRAINING_CONFIG, CompareInput, TrainingActivities
+    from gymflow.activities.training import CompareInput, TrainingActivities
     from gymflow.workflows import names, status
     from gymflow.workflows.activity_calls import execute
     from gymflow.workflows.group import BatchRolloutWorkflow

@@ -26,7 +26,7 @@ from gymflow.workers.roles import all_workflows
 from gymflow.workers.sandbox_runner import workflow_runner
 from gymflow.workers.sdk.client import DATA_CONVERTER, describe_validation_error
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.rollout import CALL_LINES_PATCH
+from gymflow.workflows.fused_turns import CALL_LINES_PATCH
 from gymflow.workflows.schema import RolloutLimits
 from support import ScriptedPolicy, call, play
 

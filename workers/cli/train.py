@@ -105,7 +105,7 @@ async def _launch(args: argparse.Namespace, settings: Settings, *, out: TextIO =
     if args.dryrun:
         print(dryrun_text(config, settings), end="")
         return 0
-    from gymflow.activities.training import TRAINING_CONFIG
+    from gymflow.activities.errors import TRAINING_CONFIG
     from gymflow.workers.cli import exits
     from gymflow.workers.cli.runner import connect_or_start
     from gymflow.workers.roles import COMMAND_ROLES
