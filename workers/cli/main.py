@@ -61,7 +61,7 @@ def _processes(text: str) -> int | str:
 
 
 def _worker_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("worker", help="run a worker (shared queue + this node's queue)")
+    p = sub.add_parser("worker", help="run a worker serving its roles (default: all) on their queues")
     _common(p)
     p.add_argument(
         "--processes",

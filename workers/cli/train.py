@@ -5,7 +5,8 @@ anything starts, naming every field at fault at once (gymflow.workers.sdk.traini
 and the static checks the workflow's validate activity makes), and starts a
 TrainingRunWorkflow whose id is the run id: launching the same run id again attaches to the
 existing run instead of starting a second one. `--wait` runs an in-process worker and follows the
-run to its end; without it, the run needs running workers (`gymflow worker`).
+run to its end; without it, the run needs running workers (`gymflow worker`: the training role, and
+rollout workers for its evals; gymflow.workers.roles).
 """
 
 from __future__ import annotations
