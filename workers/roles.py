@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import SecretStr
 from temporalio.client import Client
 from temporalio.worker import Interceptor
 
@@ -95,10 +96,10 @@ class Context:
 
         return None if self.client.data_converter.external_storage else PAYLOAD_LIMIT_BYTES
 
-    def secret(self, name: str) -> str | None:
-        """A secret setting's value (`model_api_key`, `judge_api_key`), or None when unset."""
-        value = getattr(self.settings, name)
-        return value.get_secret_value() if value else None
+
+def secret(value: SecretStr | None) -> str | None:
+    """A secret setting's value (`model_api_key`, `judge_api_key`), or None when unset."""
+    return value.get_secret_value() if value else None
 
 
 def rollout_workflows() -> list[type]:
@@ -162,7 +163,7 @@ def rollout(context: Context) -> Served:
     model = ModelActivities(
         default_base_url=settings.model_url,
         default_model=settings.model_name,
-        api_key=context.secret("model_api_key"),
+        api_key=secret(settings.model_api_key),
         payload_limit_bytes=context.payload_limit,
     )
     storage = StorageActivities(
@@ -207,7 +208,7 @@ def judge(context: Context) -> Served:
 
     settings = context.settings
     activities = JudgeActivities(
-        default_base_url=settings.judge_url, default_model=settings.judge_model, api_key=context.secret("judge_api_key")
+        default_base_url=settings.judge_url, default_model=settings.judge_model, api_key=secret(settings.judge_api_key)
     )
     queue = Queue(
         names.judge_queue(settings.task_queue),
@@ -227,8 +228,8 @@ def dataset(context: Context) -> Served:
         s3_endpoint_url=settings.s3_endpoint_url,
         default_model_url=settings.model_url,
         default_judge_url=settings.judge_url,
-        model_api_key=context.secret("model_api_key"),
-        judge_api_key=context.secret("judge_api_key"),
+        model_api_key=secret(settings.model_api_key),
+        judge_api_key=secret(settings.judge_api_key),
     )
     queue = Queue(
         names.dataset_queue(settings.task_queue),

@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 
 
 def worker_tuning(settings: Settings, *, workflows: bool) -> dict[str, Any]:
-    """`Worker` options of the shared queue's worker (`workflows=True`) or a node queue's.
+    """`Worker` options of a queue's worker: one that runs workflows (`workflows=True`: the shared,
+    dataset and training queues) or activities only (a node queue, the judge queue).
 
     The benchmark's bare-Temporal ceiling runs with exactly these, so it measures the same worker.
     """
