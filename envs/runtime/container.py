@@ -50,7 +50,15 @@ from gymflow.envs.runtime.base import (
 )
 from gymflow.envs.runtime.cexec import ContainerExec
 from gymflow.envs.runtime.disk import RolloutDisk
-from gymflow.envs.runtime.engine import LABEL_MARKER, LABEL_NODE, LABEL_OWNER, LABEL_ROLLOUT, LABEL_STATE, Engine
+from gymflow.envs.runtime.engine import (
+    LABEL_MARKER,
+    LABEL_NODE,
+    LABEL_OWNER,
+    LABEL_ROLLOUT,
+    LABEL_STATE,
+    Engine,
+    client_dir,
+)
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +108,7 @@ class ContainerSandbox(Sandbox):
         full = self.engine.exec_argv(
             self.name, list(argv), interactive=True, workdir=cwd or self.workdir, env=dict(env or {})
         )
-        return StdioCommand(argv=full, env=server_env(None))
+        return StdioCommand(argv=full, env=server_env(None), cwd=str(client_dir()))
 
     async def copy_in(self, src: Path, dst: str) -> None:
         is_dir = source_kind(src)
