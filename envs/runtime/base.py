@@ -120,6 +120,8 @@ class Sandbox(ABC):
 
     rollout_id: str
     node_id: str
+    name: str = ""
+    """Its name on its engine (a container's name), for tools on the worker that act on it."""
     workspace: Path
     """The workspace on the host."""
     workspace_mount: str
