@@ -3,10 +3,10 @@
 A rollout owns exactly one ServerSet from init to release; the warm pool keeps a few started
 ahead of demand. Under an env `runtime` (gymflow.envs.runtime.config) the set also owns the
 rollout's sandbox (a container), started before its servers and released after them; a server with
-a runtime of its own gets a sandbox of its own. Workspaces are named at random, not after a rollout, because a pooled set is
-created before its rollout is known. Everything a set owns is written to the ledger before it
-exists (the workspace) or right after (the server pids), so a worker that dies leaves nothing a
-new worker cannot find and free.
+a runtime of its own gets a sandbox of its own. Workspaces are named at random, not after a
+rollout, because a pooled set is created before its rollout is known. Everything a set owns is
+written to the ledger before it exists (the workspace) or right after (the server pids), so a
+worker that dies leaves nothing a new worker cannot find and free.
 """
 
 from __future__ import annotations
@@ -171,9 +171,9 @@ class ServerSetFactory:
         if self.runtimes is None:
             raise InfraError("this env runs servers in a sandbox, but no runtimes were given to it")
         runtimes = self.runtimes()
-        for key, config in wanted.items():
+        for key, runtime in wanted.items():
             workspace = sset.workspace if key == "" else sset.workspace.with_name(f"{sset.workspace.name}.{key}.ws")
-            sset.sandboxes[key] = await runtimes.start(config, rollout_id=sset.entry, workspace=workspace)
+            sset.sandboxes[key] = await runtimes.start(runtime, rollout_id=sset.entry, workspace=workspace)
 
     async def stop(self, sset: ServerSet) -> None:
         """Stop the servers and sandboxes, delete the workspace and its logs, drop the ledger entry. Idempotent."""

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from gymflow.envs.errors import UserError
 from gymflow.envs.mcp.transport import server_env
+from gymflow.envs.runtime import owners
 from gymflow.envs.runtime.base import (
     DEFAULT_MAX_OUTPUT_BYTES,
     ExecResult,
@@ -48,7 +49,6 @@ from gymflow.envs.runtime.base import (
     SandboxError,
     StdioCommand,
 )
-from gymflow.envs.runtime import owners
 from gymflow.envs.runtime.cexec import ContainerExec
 from gymflow.envs.runtime.disk import RolloutDisk
 from gymflow.envs.runtime.engine import (

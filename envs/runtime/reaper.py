@@ -124,10 +124,16 @@ async def reap_host(engine: Engine, *, state_root: Path, runtime: ContainerRunti
         *(RolloutDisk(Path(c.labels[LABEL_STATE])).destroy() for c in doomed if c.labels.get(LABEL_STATE))
     )
     kept = {Path(c.labels.get(LABEL_STATE, "")).name for c in found} - {c.name for c in doomed}
-    cutoff = time.time() - START_TIMEOUT_S
-    stray = [
-        p for p in state_root.glob("*/gymflow-*")
-        if p.is_dir() and p.name not in kept and p.name not in mine and p.stat().st_mtime < cutoff
-    ]  # fmt: skip
+    stray = await asyncio.to_thread(_stray_disks, state_root, kept | mine)
     await asyncio.gather(*(RolloutDisk(p).destroy() for p in stray))
     return [c.name for c in doomed]
+
+
+def _stray_disks(state_root: Path, kept: set[str]) -> list[Path]:
+    """Container state directories of the host that no container uses, older than a container's start
+    (a younger one may be a container being created right now)."""
+    cutoff = time.time() - START_TIMEOUT_S
+    return [
+        p for p in state_root.glob("*/gymflow-*")
+        if p.is_dir() and p.name not in kept and p.stat().st_mtime < cutoff
+    ]  # fmt: skip
