@@ -41,7 +41,7 @@ ENGINE_ENV = "GYMFLOW_CONTAINER_ENGINE"
 """Names the engine binary (a name on the PATH or a path)."""
 OCI_RUNTIME_ENV = "GYMFLOW_OCI_RUNTIME"
 """Names podman's OCI runtime (`runc`, `crun`; empty for podman's default)."""
-INSTALL_HINT = "apt-get install podman runc"
+INSTALL_HINT = "apt-get install podman runc mmdebstrap e2fsprogs"
 """What installs an engine on a Debian node."""
 
 CLIENT_DIR = Path(tempfile.gettempdir()) / "gymflow-engine"
