@@ -51,7 +51,7 @@ from gymflow.envs.mcp.library_reward import DEFAULT_REWARD
 from gymflow.envs.mcp.pool import WarmPool
 from gymflow.envs.mcp.reward import RewardFn, RolloutTools, final_text, score
 from gymflow.envs.runtime.config import RuntimeConfig
-from gymflow.envs.runtime.node import NodeRuntimes, unavailable_container
+from gymflow.envs.runtime.node import NodeRuntimes, unavailable_runtime
 from gymflow.workers.admission import Admission
 
 DEFAULT_POOL_SIZE = 2
@@ -137,7 +137,7 @@ class McpEnv(BaseEnv):
 
     @classmethod
     def unavailable(cls, **env_kwargs: Any) -> Unavailable | None:
-        """A container runtime (the env's or a server's) on a node without an engine: the install command."""
+        """A container or bwrap runtime (the env's or a server's) on a node that lacks it: the install command."""
         del env_kwargs
         try:
             runtime = cls.resolve_runtime()
@@ -147,7 +147,7 @@ class McpEnv(BaseEnv):
         kinds = {c.runtime.kind for c in servers.values() if c.runtime is not None}
         if runtime is not None:
             kinds.add(runtime.kind)
-        return unavailable_container() if "container" in kinds else None
+        return next(filter(None, (unavailable_runtime(kind) for kind in sorted(kinds))), None)
 
     def node_runtimes(self) -> NodeRuntimes:
         """The node's runtimes (this env's own when the worker gave none)."""

@@ -171,7 +171,9 @@ class McpSession:
         mount = self.sandbox.workspace_mount
         args, env = self.config.render(workspace=mount, sandbox=self.sandbox_name)
         cwd = self.config.cwd.replace(WORKSPACE, mount) if self.config.cwd else None
-        spawn = self.sandbox.stdio_command([self.config.command, *args], cwd=cwd, env=env)
+        # A sandbox on the worker's own root (bwrap) runs the worker's interpreter for `python`.
+        command = self.config.executable() if self.sandbox.shares_host_root else self.config.command
+        spawn = self.sandbox.stdio_command([command, *args], cwd=cwd, env=env)
         return spawn.argv[0], spawn.argv[1:], spawn.env, Path(spawn.cwd) if spawn.cwd else self.workspace
 
     def _watch(self, event: Any) -> None:

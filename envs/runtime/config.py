@@ -2,6 +2,7 @@
 
     runtime: {kind: container, image: localhost/my/tools:1, limits: {memory_mb: 1024, pids: 256}}
     runtime: {kind: container, build: ./image}      # a build context (Dockerfile inside), built once per node
+    runtime: {kind: bwrap, limits: {memory_mb: 512}}  # bubblewrap on the worker's own root, no network
     runtime: {kind: process}                          # local processes in the workspace (the default)
 
 An env's `runtime` gives each rollout one sandbox, and every MCP server of the env runs inside it
@@ -20,7 +21,7 @@ from pydantic import Field, model_validator
 from gymflow.envs.contract import Wire
 from gymflow.envs.runtime.base import Limits
 
-RuntimeKind = Literal["process", "container"]
+RuntimeKind = Literal["process", "container", "bwrap"]
 
 
 class RuntimeConfig(Wire):
@@ -28,7 +29,8 @@ class RuntimeConfig(Wire):
 
     kind: RuntimeKind = "process"
     """`process`: local processes (no isolation beyond the workspace); `container`: one container per
-    rollout on the node's engine (gymflow.envs.runtime.container)."""
+    rollout on the node's engine (gymflow.envs.runtime.container); `bwrap`: bubblewrap on the worker's
+    root filesystem, only the workspace writable (gymflow.envs.runtime.bwrap)."""
     image: str | None = None
     """Container image on the node (`podman images`; nothing is pulled: nodes may reach no registry)."""
     build: str | None = None
@@ -49,8 +51,8 @@ class RuntimeConfig(Wire):
     def _image_for_containers(self) -> RuntimeConfig:
         if self.kind == "container" and (self.image is None) == (self.build is None):
             raise ValueError("a container runtime needs exactly one of 'image' and 'build'")
-        if self.kind == "process" and (self.image or self.build):
-            raise ValueError("the process runtime runs no image; use kind: container")
+        if self.kind != "container" and (self.image or self.build):
+            raise ValueError(f"the {self.kind} runtime runs no image; use kind: container")
         return self
 
     @property

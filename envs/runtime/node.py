@@ -18,6 +18,7 @@ from pathlib import Path
 
 from gymflow.envs.contract import Unavailable
 from gymflow.envs.runtime.base import RolloutSpec, Runtime, Sandbox
+from gymflow.envs.runtime.bwrap import BwrapRuntime, unavailable_bwrap
 from gymflow.envs.runtime.config import RuntimeConfig
 from gymflow.envs.runtime.container import ContainerRuntime
 from gymflow.envs.runtime.engine import INSTALL_HINT, Engine, EngineUnavailable
@@ -28,6 +29,13 @@ from gymflow.envs.runtime.reaper import reap_host
 
 DEFAULT_STATE_ROOT = Path("/var/tmp/gymflow-runtime")
 """Where container disks and lock files live (not /tmp: it may be a small tmpfs)."""
+
+
+def unavailable_runtime(kind: str) -> Unavailable | None:
+    """Why this node cannot run sandboxes of `kind` (with the fix), or None."""
+    if kind == "container":
+        return unavailable_container()
+    return unavailable_bwrap() if kind == "bwrap" else None
 
 
 def unavailable_container() -> Unavailable | None:
@@ -52,6 +60,7 @@ class NodeRuntimes:
         self.state_root = state_root
         self.pool_size = pool_size
         self.process = ProcessRuntime()
+        self.bwrap = BwrapRuntime()
         self.container: ContainerRuntime | None = None
         self._lock = asyncio.Lock()
         self._closed = False
@@ -78,7 +87,9 @@ class NodeRuntimes:
 
     async def runtime(self, config: RuntimeConfig) -> Runtime:
         """The runtime `config` names."""
-        return await self.containers() if config.kind == "container" else self.process
+        if config.kind == "container":
+            return await self.containers()
+        return self.bwrap if config.kind == "bwrap" else self.process
 
     async def image(self, config: RuntimeConfig, *, base_dir: Path | None = None) -> str | None:
         """The image `config` runs: its `image`, or its `build` context built once per node."""

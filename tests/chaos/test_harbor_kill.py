@@ -98,8 +98,10 @@ async def test_harbor_batch_survives_a_kill_9_and_leaves_no_container(
         batch_s = time.monotonic() - started
         # The fleet stopped (gracefully) with the block: every container must be gone within 60 s.
         gone_by = time.monotonic() + 60
-        while (left := gymflow_containers(state_root)) and time.monotonic() < gone_by:
-            await asyncio.sleep(1)
+        left = gymflow_containers(state_root)
+        while left and time.monotonic() < gone_by:
+            await asyncio.sleep(1)  # polling the engine: it has no event to wait on
+            left = gymflow_containers(state_root)
     assert left == [], left
 
     trajectories = await read_trajectories(result.parts)

@@ -8,6 +8,7 @@ null 0.0, a crashing verifier flagged). The whole suite is test_harbor_eval.py (
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -78,3 +79,12 @@ def test_eval_harbor_oracle_scores_one_null_zero_and_a_crashed_verifier_is_flagg
     assert report["baseline"]["mean"]["value"] == 0.0
     for side in ("policy", "baseline"):  # the crashed verifier is flagged on both sides, never scored
         assert report[side]["completed"] == 2 and report[side]["infra_failed"] == 1, report[side]
+
+
+def test_without_an_engine_harbor_refuses_naming_the_install_command(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "gymflow.workers.cli", "eval", "harbor", "--dataset", str(TASKS)]
+    env = {**os.environ, "GYMFLOW_CONTAINER_ENGINE": "no-such-engine"}
+    run = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env, check=False)
+    assert run.returncode == 2
+    assert "harbor cannot work on this node" in run.stderr
+    assert "apt-get install podman runc mmdebstrap e2fsprogs" in run.stderr

@@ -24,7 +24,7 @@ async def test_bootstrap_makes_a_runnable_debian_image() -> None:
         await bootstrap_debian(engine, TAG, suite="bookworm")
         took = time.monotonic() - started
         ran = await engine.run(["run", "--rm", *engine.run_flags(), "--network", "none", TAG, "cat", "/etc/os-release"])
-        assert 'VERSION_CODENAME=bookworm' in ran.stdout
+        assert "VERSION_CODENAME=bookworm" in ran.stdout
         config = await engine.image_config(TAG)
         assert any(str(e).startswith("PATH=") for e in config.get("Env") or [])  # type: ignore[union-attr]
         figures.record("containers", "debian bookworm bootstrapped from Debian's packages", seconds=round(took, 1))

@@ -15,5 +15,8 @@ while IFS= read -r line; do
       printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"%s"}],"isError":false}}\n' "$id" "$text" ;;
     ping)
       printf '{"jsonrpc":"2.0","id":%s,"result":{}}\n' "$id" ;;
+    notifications/*) ;;
+    *)  # any other request: "method not found", at once (a client may probe before it initializes)
+      [ -n "$id" ] && printf '{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"method not found"}}\n' "$id" ;;
   esac
 done
