@@ -19,6 +19,7 @@ from typing import Any
 import figures
 import pytest
 from chaos_support import fleet, fleet_spec
+from container_support import base_image
 from mcp_support import node_ids, wait_polling
 from temporalio.client import Client, WorkflowHandle
 
@@ -32,6 +33,7 @@ from gymflow.workflows.names import node_queue
 from gymflow.workflows.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+__all__ = ["base_image"]  # the fixture: a real podman and the base image, or a skip naming the install
 
 TASKS = Path(__file__).parents[1] / "envs" / "harbor" / "tasks"
 SOLVABLE = ("edit-config", "fix-script", "make-executable", "sort-numbers")
