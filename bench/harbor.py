@@ -93,7 +93,8 @@ async def plain_side(task_dir: Path, samples: int) -> list[float]:
     for _ in range(samples):
         name = f"bench-plain-{uuid.uuid4().hex[:8]}"
         started = time.monotonic()
-        await engine.run(["run", "-d", "--name", name, *engine.run_flags(), "--network", "none", image, "sleep", "inf"])
+        flags = [*engine.run_flags(), "--ulimit", "nproc=512:512", "--network", "none"]  # as gymflow's: see limit_flags
+        await engine.run(["run", "-d", "--name", name, *flags, image, "sleep", "inf"])
         try:
             await engine.run(["exec", "-i", name, "sh", "-c", "mkdir -p /solution && cat > /solution/solve.sh"],
                              stdin=solve)  # fmt: skip
