@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shutil
 import statistics
 import tempfile
 import time
@@ -37,7 +36,9 @@ from gymflow.envs.runtime.images import build_image
 from gymflow.workers.config import Settings
 from gymflow.workers.sdk.client import data_converter, run_rollout
 from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workers.servers.temporal import temporal_binary
 from gymflow.workers.worker import running_worker
+from gymflow.workflows.names import SEARCH_ATTRIBUTES
 from gymflow.workflows.schema import RolloutInput
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +59,10 @@ def summary(values: list[float]) -> dict[str, float]:
 async def gymflow_side(task_dir: Path, samples: int, tmp: Path) -> list[float]:
     [task] = HarborEnv.load_dataset(str(task_dir))
     env = WorkflowEnvironment.start_local(
-        dev_server_existing_path=shutil.which("temporal"), data_converter=data_converter(Settings())
+        dev_server_existing_path=temporal_binary(),
+        data_converter=data_converter(Settings()),
+        search_attributes=SEARCH_ATTRIBUTES,
+        dev_server_log_level="error",
     )
     times = []
     async with await env as server, PolicyServer(OraclePolicy()) as policy:
