@@ -8,9 +8,11 @@ suite through the SDK is test_harbor_eval.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -18,12 +20,17 @@ import pytest
 from container_support import leftovers
 from temporalio.client import Client
 
+from gymflow.activities.model import ModelConfig
 from gymflow.envs.builtin.harbor.env import HarborEnv
 from gymflow.envs.contract import Message, TerminationReason
 from gymflow.envs.errors import EnvUnavailableError
 from gymflow.envs.runtime.engine import Engine
 from gymflow.workers.cli.commands import preflight
+from gymflow.workers.reaper import reap_closed
+from gymflow.workers.sdk.client import start_rollout
+from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.schema import RolloutInput
 from support import ScriptedPolicy, call, play
 
 TASKS = Path(__file__).parent / "tasks"
@@ -59,6 +66,30 @@ async def test_a_killed_container_is_replaced_and_replayed_then_scored(
     assert observations[1].startswith("1\n"), observations  # the replayed fix is in the new container
     assert result.reward is not None and result.reward.total == 1.0
     assert await leftovers(Engine.detect("podman"), worker.settings.node_id) == []
+
+
+async def test_a_terminated_rollouts_container_is_reaped(
+    client: Client, worker: RunningWorker, base_image: str
+) -> None:
+    del base_image
+    [task] = HarborEnv.load_dataset(str(TASKS / "edit-config"))
+    engine = Engine.detect("podman")
+    hang = call("bash", {"command": "sleep 120", "timeout": 300})
+    policy = ScriptedPolicy([Message(role="assistant", tool_calls=[hang]), Message(role="assistant", content="done")])
+    async with PolicyServer(policy) as server:
+        handle = await start_rollout(
+            client,
+            RolloutInput(env="harbor", task=task, model=ModelConfig(base_url=server.url)),
+            task_queue=worker.task_queue,
+        )
+        deadline = time.monotonic() + 120
+        while not await leftovers(engine, worker.settings.node_id):  # the rollout's container is up
+            assert time.monotonic() < deadline, "no container started"
+            await asyncio.sleep(0.2)
+        await handle.terminate("closed from outside: no release runs")
+        # The worker's reaper round (every reap_interval_s), run now: the closed rollout's container goes.
+        assert await reap_closed(client, worker.env)
+        assert await leftovers(engine, worker.settings.node_id) == []
 
 
 @pytest.mark.slow  # ~25 s (a CLI process with its worker): the default suite is near its budget
