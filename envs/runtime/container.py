@@ -240,6 +240,8 @@ class ContainerRuntime(Runtime):
             if self._owner_fd >= 0:
                 owners.release(self.state_root, self.owner, self._owner_fd)
                 self._owner_fd = -1
+            with contextlib.suppress(OSError):  # the node's directory, once its last disk is gone
+                self.state_dir.rmdir()
 
     def live(self) -> list[str]:
         """Names of the containers this runtime started and nobody released yet (pooled ones included)."""
