@@ -4,7 +4,7 @@ holds at once, each running a command.
 
     python bench/containers.py [--samples 20] [--containers 64] [--pool 4]
 
-Prints JSON (and writes bench/results/containers.json). Needs rootful podman and the base image (made
+Prints JSON (and writes bench/out/containers.json). Needs rootful podman and the base image (made
 from Debian's packages on first use). Every container it starts is removed before it exits.
 """
 
@@ -133,7 +133,7 @@ async def main() -> None:
         await warm.close()
         await cold.close()
         await reap(cold.engine, node_id=node, state_root=STATE_ROOT, live_rollouts=(), owner=None)
-    out = Path(__file__).parent / "results"
+    out = Path(__file__).parent / "out"
     out.mkdir(exist_ok=True)
     (out / "containers.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))

@@ -10,8 +10,8 @@ Both sides play the task's oracle on the same image, one rollout at a time:
 * plain: `podman run -d` (runc, no network), `podman exec` to write solve.sh, run it, `podman cp`
   the tests in, run test.sh, read the reward file, `podman rm -f`.
 
-Writes bench/results/harbor.json and harbor.png (per-rollout wall time of each side). Needs podman
-and the base image (bootstrapped from Debian's packages on first use).
+Writes bench/out/harbor.json and harbor.png (per-rollout wall time of each side; a run's copies are in
+bench/results/). Needs podman and the base image (bootstrapped from Debian's packages on first use).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from gymflow.workflows.schema import RolloutInput
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "tests" / "envs" / "harbor" / "tasks"
-OUT = ROOT / "bench" / "results"
+OUT = ROOT / "bench" / "out"
 STATE_ROOT = Path("/var/tmp/gymflow-bench-runtime")
 
 
