@@ -83,9 +83,10 @@ async def test_a_terminated_rollouts_container_is_reaped(
             task_queue=worker.task_queue,
         )
         deadline = time.monotonic() + 120
-        while not await leftovers(engine, worker.settings.node_id):  # the rollout's container is up
-            assert time.monotonic() < deadline, "no container started"
+        while not worker.env.held():  # the rollout's init is done: its container is up and held
+            assert time.monotonic() < deadline, "the rollout never started"
             await asyncio.sleep(0.2)
+        assert await leftovers(engine, worker.settings.node_id)
         await handle.terminate("closed from outside: no release runs")
         # The worker's reaper round (every reap_interval_s), run now: the closed rollout's container goes.
         assert await reap_closed(client, worker.env)
