@@ -138,6 +138,7 @@ def rollout(context: Context) -> Served:
     from gymflow.activities.storage import StorageActivities
     from gymflow.activities.turn import TurnActivities
     from gymflow.envs.mcp.ledger import reap_orphans
+    from gymflow.envs.runtime.node import NodeRuntimes
     from gymflow.workers.admission import Admission
     from gymflow.workers.dedup import DedupInterceptor
     from gymflow.workers.reaper import run_reaper
@@ -148,6 +149,9 @@ def rollout(context: Context) -> Served:
     reap_orphans(settings.workspace_root)
     # One admission control per node, shared by every env and the task loader (gymflow.workers.admission).
     admission = Admission(settings.capacity(), nice=settings.env_nice)
+    # The node's runtimes (gymflow.envs.runtime.node): its container runtime is made only when an env
+    # first runs a server or task in a container, and closed when the worker stops.
+    runtimes = NodeRuntimes(node_id=settings.node_id, state_root=settings.runtime_state_dir)
     env = EnvActivities(
         node_id=settings.node_id,
         node_queue=queue,
@@ -156,6 +160,7 @@ def rollout(context: Context) -> Served:
         common_env_kwargs={
             "pool_size": settings.mcp_pool_size,
             "default_workspace_quota_mb": settings.workspace_quota_mb,
+            "runtimes": runtimes,
         },
         payload_limit_bytes=context.payload_limit,
         admission=admission,
@@ -193,11 +198,20 @@ def rollout(context: Context) -> Served:
 
     async def reaper() -> None:
         await run_reaper(
-            context.client, env, workspace_root=settings.workspace_root, interval_s=settings.reap_interval_s
+            context.client,
+            env,
+            workspace_root=settings.workspace_root,
+            interval_s=settings.reap_interval_s,
+            runtimes=runtimes,
         )
 
     return Served(
-        "rollout", [shared, node], background=[reaper], close=[env.shutdown, model.aclose], env=env, model=model
+        "rollout",
+        [shared, node],
+        background=[reaper],
+        close=[env.shutdown, runtimes.close, model.aclose],
+        env=env,
+        model=model,
     )
 
 

@@ -114,6 +114,24 @@ class Message(Wire):
     `ModelConfig.images` is on sees them as image parts; any other reads only the text."""
 
 
+class TaskTimeouts(Wire):
+    """Time a task itself asks for (Harbor's task.toml), beyond the rollout's own limits.
+
+    The rollout workflow fits its activities' timeouts to these: the init's start-to-close covers
+    `setup_s` (an image build can take minutes), each tool call may run until the agent's time is
+    up, the agent loop ends at `agent_s` (`TerminationReason.TIME_BUDGET`, still scored), and the
+    reward's start-to-close covers `reward_s`. Env activities heartbeat meanwhile, so a lost node
+    is still noticed within seconds.
+    """
+
+    setup_s: float | None = Field(default=None, gt=0)
+    """Longest `init_rollout` may take (building and starting the task's environment)."""
+    agent_s: float | None = Field(default=None, gt=0)
+    """The agent's whole time, from the end of init to its last tool call."""
+    reward_s: float | None = Field(default=None, gt=0)
+    """Longest `compute_reward` may take (a verifier's run)."""
+
+
 class Task(Wire):
     """One dataset row: a prompt, what a correct answer is, and how to set up the rollout."""
 
@@ -127,6 +145,8 @@ class Task(Wire):
     """Keyword arguments for `BaseEnv.init_rollout` (files to stage, seeds, ...)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form labels (difficulty, split, source); never shown to the model."""
+    timeouts: TaskTimeouts | None = Field(default=None, exclude_if=lambda timeouts: timeouts is None)
+    """Time the task asks for (setup, agent, reward); None: the rollout's defaults."""
 
     def opening_messages(self) -> list[Message]:
         """The conversation the model starts from (without the system prompt)."""

@@ -22,6 +22,8 @@ class TerminationReason(enum.StrEnum):
     """The model produced more tokens in total than the rollout allows."""
     TOOL_BUDGET = "tool_budget"
     """The model made more tool calls than the rollout allows."""
+    TIME_BUDGET = "time_budget"
+    """The agent's time ran out (`TaskTimeouts.agent_s`, a task's agent timeout): still scored."""
     MODEL_ERROR = "model_error"
     """The model endpoint failed after Temporal's retries (or refused the request)."""
     ENV_ERROR = "env_error"

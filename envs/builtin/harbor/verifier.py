@@ -67,7 +67,7 @@ async def start_task(runtime: ContainerRuntime, task: HarborTask, *, rollout_id:
         context=task.environment_dir,
         dockerfile=task.dockerfile,
         timeout_s=task.config.environment.build_timeout_sec,
-        state_dir=runtime.state_dir,
+        state_dir=runtime.state_root,  # host-wide: sibling worker processes build an image once
     )
     config = await runtime.engine.image_config(image)
     spec = RolloutSpec(

@@ -37,6 +37,7 @@ async def attempt(runtime: ContainerRuntime, task: HarborTask, tmp_path: Path, *
         await sandbox.release()
 
 
+@pytest.mark.slow  # the same suite runs through the whole engine in test_harbor_eval.py (slow too)
 @pytest.mark.timeout(1800)
 async def test_oracle_scores_one_null_zero_and_broken_verifiers_are_flagged(
     runtime: ContainerRuntime, tmp_path: Path
