@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import SandboxError, UserError
 from gymflow.envs.mcp.transport import server_env
 from gymflow.envs.runtime import owners
 from gymflow.envs.runtime.base import (
@@ -46,7 +46,6 @@ from gymflow.envs.runtime.base import (
     RolloutSpec,
     Runtime,
     Sandbox,
-    SandboxError,
     StdioCommand,
 )
 from gymflow.envs.runtime.cexec import ContainerExec

@@ -11,14 +11,9 @@ import pytest
 from mcp import Client
 
 from gymflow.envs.builtin.harbor.task import HarborTask, load_dataset
-from gymflow.envs.builtin.harbor.verifier import (
-    VerifierError,
-    VerifierResult,
-    install_solution,
-    run_verifier,
-    start_task,
-)
+from gymflow.envs.builtin.harbor.verifier import VerifierResult, install_solution, run_verifier, start_task
 from gymflow.envs.contract import TerminationReason
+from gymflow.envs.errors import VerifierError
 from gymflow.envs.runtime.container import ContainerRuntime
 from gymflow.envs.runtime.terminal import build_server
 

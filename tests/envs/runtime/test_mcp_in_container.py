@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from container_support import STATE_ROOT, leftovers
 
-from gymflow.envs.contract import InfraError
+from gymflow.envs.errors import InfraError
 from gymflow.envs.mcp.env import McpEnv
 from gymflow.envs.runtime.engine import Engine
 from gymflow.envs.runtime.node import NodeRuntimes
