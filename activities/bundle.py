@@ -39,9 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gymflow.activities.storage import StorageError, Store, open_store
-from gymflow.envs.contract import DatasetError, Task
+from gymflow.activities.storage import Store, open_store
+from gymflow.envs.contract import Task
 from gymflow.envs.datagen.format import tasks_from_jsonl
+from gymflow.envs.errors import BundleError, DatasetError, StorageError
 from gymflow.envs.packages.env import PackageEnv
 from gymflow.envs.packages.store import RECORD, PackageRecord, bundled_name, find_package
 from gymflow.envs.registry import env_class, is_env_file
@@ -51,10 +52,6 @@ BUNDLED_PACKAGES = "env_packages"
 """The bundle's directory of env packages."""
 DATA_SUFFIXES = {".py", ".yaml", ".yml", ".json", ".jsonl", ".txt", ".md", ".toml", ".csv"}
 _REQUIREMENT_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-
-
-class BundleError(ValueError):
-    """The env cannot be bundled (its files cannot be found)."""
 
 
 @dataclass

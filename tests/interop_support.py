@@ -5,10 +5,12 @@ run with a package's python."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -61,16 +63,19 @@ def run_reference(record: PackageRecord, script: str, job: dict[str, Any], *, ti
     """Run a reference script (tests/envs/packages/references) with the package's python, in the env
     the bridge gets (the package's venv first on PATH), in a process group that is killed after."""
     env = {**os.environ, **launch.bridge_env(record, None, target="-")}
-    process = subprocess.Popen(
-        [str(record.python_path), str(REFERENCES / script)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        start_new_session=True,
-    )  # fmt: skip
-    try:
-        out, err = process.communicate(json.dumps(job), timeout=timeout_s)
-    finally:
-        with __import__("contextlib").suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+    # In a directory of its own, as the bridge runs in the rollout's workspace: envs write relative
+    # paths (benchmax's workspaces, the tests' notes) that must not land in the checkout.
+    with tempfile.TemporaryDirectory(prefix="gymflow-reference-") as cwd:
+        process = subprocess.Popen(
+            [str(record.python_path), str(REFERENCES / script)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            start_new_session=True, cwd=cwd,
+        )  # fmt: skip
+        try:
+            out, err = process.communicate(json.dumps(job), timeout=timeout_s)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 0, err[-3000:]
     return json.loads(out.strip().splitlines()[-1])
 

@@ -26,22 +26,20 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gymflow.envs.contract import (
-    DatasetError,
     EnvPackageRef,
-    InfraError,
     Message,
     Reward,
     Task,
-    ToolError,
     ToolResult,
     ToolSpec,
     Unavailable,
 )
+from gymflow.envs.errors import DatasetError, InfraError, PackageError, ToolError
 from gymflow.envs.mcp.env import McpEnv
 from gymflow.envs.packages import launch, store
 from gymflow.envs.packages.bridge.__main__ import CONTROL
 from gymflow.envs.packages.bridge.base import SYSTEM_PROMPT_KEY
-from gymflow.envs.packages.store import EnvDecl, PackageError, PackageRecord
+from gymflow.envs.packages.store import EnvDecl, PackageRecord
 
 SERVER = "env"
 """The bridge's server name in the env's `mcp_servers`."""

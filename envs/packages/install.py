@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.envs.contract import ToolSpec
+from gymflow.envs.errors import PackageError
 from gymflow.envs.packages import launch, store
 from gymflow.envs.packages.env import KIND_DATASETS, dataset_file
-from gymflow.envs.packages.store import EnvDecl, PackageError, PackageRecord, Source
+from gymflow.envs.packages.store import EnvDecl, PackageRecord, Source
 
 ENTRY_POINT_GROUP = "gymflow.envs"
 _NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")

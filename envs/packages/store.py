@@ -27,16 +27,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gymflow.envs.contract import EnvPackageRef, ToolSpec
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import PackageError
 
 RECORD = "package.json"
 ROOT_VARIABLE = "GYMFLOW_ENV_PACKAGES_DIR"
 Kind = Literal["plain", "benchmax", "verifiers", "openenv"]
 Source = Literal["pypi", "directory", "wheel", "git"]
-
-
-class PackageError(UserError, ValueError):
-    """An env package is missing, ambiguous, or cannot be installed; the message says what to do."""
 
 
 class EnvDecl(BaseModel):

@@ -80,7 +80,7 @@ def add_envs_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _pairs(values: list[str], flag: str, *, parse: bool) -> dict[str, Any]:
-    from gymflow.envs.packages.store import PackageError
+    from gymflow.envs.errors import PackageError
 
     found: dict[str, Any] = {}
     for value in values:

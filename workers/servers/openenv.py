@@ -37,17 +37,14 @@ from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from gymflow.envs.contract import Task
+from gymflow.envs.errors import ExporterError, SessionError
 from gymflow.envs.registry import env_class
-from gymflow.workers.sdk.sessions import Session, SessionError, attach_session, start_session
+from gymflow.workers.sdk.sessions import Session, attach_session, start_session
 from gymflow.workflows import names
 from gymflow.workflows.session_schema import ResetResult, SessionInput, StepInput, StepResult
 
 EPISODE_PREFIX = "openenv-"
 """Session workflow ids are `openenv-<episode id>`."""
-
-
-class ExporterError(Exception):
-    """A request the exporter refuses (an unknown task, a step without an episode)."""
 
 
 def _observation(data: dict[str, Any], *, reward: float | None = None, done: bool = False) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import yaml
 from interop_support import record_of, require
 
 from gymflow.activities.bundle import build_bundle
-from gymflow.activities.training import check_config
+from gymflow.activities.training_checks import check_config
 from gymflow.workers.cli.main import main
 from gymflow.workers.sdk.training import load_run_config
 
