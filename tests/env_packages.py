@@ -23,6 +23,8 @@ PACKAGES_ROOT = ROOT / ".env-packages"
 SOURCES = ROOT / "tests" / "envs" / "packages" / "sources"
 POLICIES = ROOT / "tests" / "envs" / "packages" / "policies.py"
 SCRIPT = "python tests/env_packages.py"
+LEFTOVERS = {"__pycache__", "build", "dist"}
+"""Build leftovers an older install may have left in a source directory: not part of the sources."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,11 @@ PACKAGES = {
 
 def source_digest(package: TestPackage) -> str:
     """What the install is of: how it is installed, the package's sources and the policies file it names."""
-    files = sorted(p for p in (SOURCES / package.source).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    files = sorted(
+        p
+        for p in (SOURCES / package.source).rglob("*")
+        if p.is_file() and not any(part in LEFTOVERS or part.endswith(".egg-info") for part in p.parts)
+    )
     data = repr(package).encode() + b"".join(
         str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes() for p in [*files, POLICIES]
     )

@@ -24,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from importlib import metadata
@@ -145,18 +146,15 @@ def _install(
             target = str(shutil.copy(Path(spec).expanduser(), dist))
         else:
             say(f"building a wheel of {spec}")
-            _run(
-                [
-                    *pip,
-                    "wheel",
-                    "--no-deps",
-                    "-q",
-                    "-w",
-                    str(dist),
-                    str(Path(spec).expanduser()) if source == "directory" else spec,
-                ],
-                f"building {spec}",
-            )
+            with tempfile.TemporaryDirectory(prefix="gymflow-env-build-") as scratch:
+                built = spec
+                if source == "directory":
+                    # Built from a copy: pip builds a directory in place, so setuptools would leave build/
+                    # and *.egg-info in the user's tree, and a stale build/lib (a module since deleted)
+                    # would go into the wheel.
+                    copy = Path(scratch) / "src"
+                    built = str(shutil.copytree(Path(spec).expanduser(), copy, ignore=_build_leftovers(spec)))
+                _run([*pip, "wheel", "--no-deps", "-q", "-w", str(dist), built], f"building {spec}")
             target = str(next(dist.glob("*.whl")))
     say(f"installing {spec}" + (f" with {', '.join(extras)}" if extras else ""))
     report_path = directory / "install-report.json"
@@ -288,6 +286,18 @@ def _described(record: PackageRecord, decl: EnvDecl) -> EnvDecl:
             "env_turns": bool(answer.get("env_turns")),
         }
     )
+
+
+def _build_leftovers(spec: str) -> Callable[[str, list[str]], set[str]]:
+    """What earlier builds left in directory `spec` (its top-level build/ and dist/, *.egg-info and
+    __pycache__ anywhere), for `shutil.copytree` to leave out; a package's own `build` module stays."""
+    top = str(Path(spec).expanduser())
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        left = {n for n in names if n.endswith(".egg-info") or n == "__pycache__"}
+        return left | ({"build", "dist"} & set(names) if directory == top else set())
+
+    return ignore
 
 
 def _run(command: list[str], what: str) -> str:

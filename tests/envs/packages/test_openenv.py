@@ -4,7 +4,12 @@ actions. Out: OpenEnv's client drives a gymflow env over the exporter, through a
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
+import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -64,3 +69,33 @@ async def test_openenv_client_drives_a_gymflow_env(client: Client, worker: Runni
     trajectory = await client.get_workflow_handle(f"openenv-{episode}", result_type=Trajectory).result()
     assert trajectory.turns == 2 and trajectory.tool_calls == 1
     assert trajectory.reward is not None and trajectory.reward.total == 1.0
+
+
+async def test_gymflow_envs_serve_exports_an_env_to_openenvs_client(
+    client: Client, worker: RunningWorker, temporal_address: str
+) -> None:
+    """The CLI: `gymflow envs serve units --port 0` serves the env's own dataset; OpenEnv's client
+    plays an episode to its reward; SIGINT stops the server cleanly."""
+    require("oe")
+    argv = [str(Path(sys.executable).with_name("gymflow")), "envs", "serve", "units", "--port", "0",
+            "--address", temporal_address, "--task-queue", worker.task_queue]  # fmt: skip
+    server = await asyncio.create_subprocess_exec(*argv, stderr=subprocess.PIPE)
+    driver: Driver | None = None
+    try:
+        assert server.stderr is not None
+        line = (await asyncio.wait_for(server.stderr.readline(), 60)).decode()
+        found = re.search(r"at (http://127\.0\.0\.1:\d+) ", line)
+        assert found, line
+        driver = Driver(record_of("oe").python_path, found.group(1))
+        episode = f"cli-{uuid.uuid4().hex[:8]}"
+        first = await driver.send("reset", data={"episode_id": episode, "task_id": "miles-7"})
+        assert first["observation"]["messages"][-1]["content"] == "How many km is 7 miles?", first
+        done = await driver.send("step", action={"text": f"<answer>{7 * 1.609344}</answer>"})
+        assert done["done"] and done["reward"] == 1.0, done
+    finally:
+        if driver is not None:
+            driver.close()
+        server.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(server.wait(), 30) == 0
+    trajectory = await client.get_workflow_handle(f"openenv-{episode}", result_type=Trajectory).result()
+    assert trajectory.task_id == "miles-7" and trajectory.reward is not None and trajectory.reward.total == 1.0

@@ -36,8 +36,8 @@ class GuessEnv(vf.Env[GuessEnvConfig]):
     async def run(self, task, agents):
         async with agents.player.interaction(task) as chat:
             segment = await chat.turn()
-            for _ in range(8):
-                found = re.search(r"-?\d+", segment.last_reply)
+            while chat.trace.num_turns < 8:  # the live trace: the exchange so far
+                found = re.search(r"-?\d+", chat.trace.last_reply)
                 if found is None or int(found.group()) == task.data.secret:
                     return
                 segment = await chat.turn("higher" if int(found.group()) < task.data.secret else "lower")
