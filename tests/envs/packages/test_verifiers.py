@@ -16,9 +16,9 @@ from gymflow.envs.registry import env_class
 
 @pytest.mark.parametrize(
     "case",
-    [
-        ("vf-arith", "vf_arith", 2, 1.5),  # correct (1) + brief (0.5 weight)
-        ("vf-calc", "vf_calc", 2, 1.25),  # correct (1) + used_tool (0.25 weight)
+    [  # each bridge imports verifiers (seconds of CPU): the default suite keeps the multi-turn kind
+        pytest.param(("vf-arith", "vf_arith", 2, 1.5), marks=pytest.mark.slow),  # correct (1) + brief (0.5 weight)
+        pytest.param(("vf-calc", "vf_calc", 2, 1.25), marks=pytest.mark.slow),  # correct (1) + used_tool (0.25)
         ("vf-guess", "vf_guess", 2, None),  # found (1) + quick (0.1 weight, fewer turns better)
     ],
     ids=["single-turn", "tool", "multi-turn"],
