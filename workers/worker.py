@@ -24,6 +24,8 @@ from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from gymflow.activities.dataset import DatasetActivities
 from gymflow.activities.env import EnvActivities
+from gymflow.activities.gateway import GatewayActivities
+from gymflow.activities.harness import HarnessActivities
 from gymflow.activities.judge import JudgeActivities
 from gymflow.activities.model import ModelActivities
 from gymflow.activities.report import ReportActivities
@@ -39,6 +41,7 @@ from gymflow.workers.dedup import DedupInterceptor
 from gymflow.workers.judge_worker import judge_worker
 from gymflow.workers.reaper import run_reaper
 from gymflow.workers.sandbox_runner import FastContextRunner
+from gymflow.workers.servers.gateway import Gateway
 from gymflow.workflows.dataset import DatasetGenerationWorkflow
 from gymflow.workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
 from gymflow.workflows.names import judge_queue, node_queue
@@ -114,6 +117,8 @@ class RunningWorker:
     node_queue: str
     env: EnvActivities
     model: ModelActivities
+    gateway: Gateway
+    """The node's model gateway (harness rollouts' programs call models through it)."""
 
     @property
     def task_queue(self) -> str:
@@ -179,6 +184,8 @@ async def running_worker(
         model_api_key=api_key,
         judge_api_key=judge_key,
     )
+    # The node's model gateway: harness rollouts' agent programs call models through it (gymflow.workflows.harness).
+    gateway = Gateway(client, host=settings.gateway_host, port=settings.gateway_port)
     judge = judge_worker(
         client,
         activities=judge_activities,
@@ -191,6 +198,7 @@ async def running_worker(
         workflows=WORKFLOWS,
         activities=[
             model_activities.generate,
+            GatewayActivities(model_activities).model_call,
             env_activities.init_rollout,
             env_activities.compute_group_reward,
             storage.write_jsonl,
@@ -213,6 +221,7 @@ async def running_worker(
             env_activities.compute_reward,
             env_activities.release_rollout,
             TurnActivities(model_activities, env_activities).play_turn,
+            HarnessActivities(env_activities, gateway).run_program,
         ],
         # A retried attempt whose first attempt completed here (its report was lost) must not re-run the tool.
         # Fused turns are left out: only stateless envs fuse, so running one again is harmless, and
@@ -229,9 +238,9 @@ async def running_worker(
             )
         )
         try:
-            async with shared, node, judge:
+            async with gateway, shared, node, judge:
                 log.info("worker polling", extra={"task_queue": settings.task_queue, "node_queue": queue})
-                yield RunningWorker(settings, queue, env_activities, model_activities)
+                yield RunningWorker(settings, queue, env_activities, model_activities, gateway)
         finally:
             reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -49,6 +49,8 @@ class McpEnv(BaseEnv):
     """Reward functions (gymflow.envs.mcp.reward signature) the default `compute_reward` sums."""
     workspace_seed: ClassVar[ws.WorkspaceSeed | None] = None
     """Files copied into every workspace and a setup command run in it before its servers start."""
+    servers_optional: ClassVar[bool] = False
+    """An env whose rollouts may have no servers at all, only a workspace (gymflow.envs.harness)."""
     workspace_quota_mb: ClassVar[int | None] = None
     """This env's own per-rollout disk quota, over the worker's default (`default_workspace_quota_mb`)."""
 
@@ -76,7 +78,10 @@ class McpEnv(BaseEnv):
         super().__init__(**kwargs)
         self.admission = admission or Admission()
         self.quota_mb: int = self.resolve_quota(workspace_quota_mb, default_workspace_quota_mb)
-        self.servers: dict[str, McpServerConfig] = parse_servers(servers if servers is not None else self.mcp_servers)
+        configured = servers if servers is not None else self.mcp_servers
+        self.servers: dict[str, McpServerConfig] = (
+            parse_servers(configured) if configured or not self.servers_optional else {}
+        )
         parsers: dict[str, dict[str, Parser]] = {
             name: {
                 tool: load_parser(spec, field=f"mcpServers.{name}.parsers.{tool}") for tool, spec in cfg.parsers.items()

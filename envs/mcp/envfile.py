@@ -17,6 +17,8 @@
       setup: git init -q              # run in the workspace (sh -c), `{workspace}` filled in
     policies:                         # scripted policies: `--policy NAME`, `gymflow policy serve env.yaml`
       reference: my_policy.py:MyPolicy  # module:Class or file.py:Class (a gymflow.envs.policy.Policy)
+    harness:                          # instead of (or beside) mcpServers: an agent program plays each
+      command: [python, agent.py]     # rollout, its model calls through the gateway (gymflow.envs.harness)
 
 `{workspace}` (the rollout's workspace directory) and `{rollout_id}` are filled in in the system
 prompt and the tasks' prompts, as in server `args` and `env`. Every reward function is checked
@@ -49,9 +51,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
-from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from gymflow.envs.contract import Task, Wire
+from gymflow.envs.harness.env import Harness, HarnessEnv
 from gymflow.envs.mcp.config import BUILTIN_PARSERS, WORKSPACE, parse_servers
 from gymflow.envs.mcp.env import McpEnv
 from gymflow.envs.mcp.library_reward import LibraryReward, LibraryRewardSpec
@@ -69,8 +72,10 @@ class EnvFile(Wire):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    mcp_servers: dict[str, Any] = Field(alias="mcpServers")
+    mcp_servers: dict[str, Any] = Field(default_factory=dict, alias="mcpServers")
     """Server configs, `mcpServers` format plus gymflow's per-server policy (gymflow.envs.mcp.config)."""
+    harness: Harness | None = None
+    """An agent program that plays every rollout (gymflow.envs.harness); then `mcpServers` may be empty."""
     description: str = ""
     """One line about the env, for `gymflow envs`."""
     system_prompt: str = ""
@@ -113,6 +118,12 @@ class EnvFile(Wire):
             raise ValueError("an empty list; leave 'reward' out for the default exact-match reward")
         return value
 
+    @model_validator(mode="after")
+    def _servers_or_harness(self) -> EnvFile:
+        if not self.mcp_servers and self.harness is None:
+            raise ValueError("an env file needs 'mcpServers' (tools for the model) or 'harness' (an agent program)")
+        return self
+
     @field_validator("fused_turns")
     @classmethod
     def _fused_needs_stateless(cls, value: bool, info: ValidationInfo) -> bool:
@@ -141,6 +152,10 @@ class FileEnv(McpEnv):
         return load_jsonl(Path(name))
 
 
+class HarnessFileEnv(HarnessEnv, FileEnv):
+    """Base of the classes `env_class_from_file` builds from files with a `harness` key."""
+
+
 def load_env_file(path: Path) -> EnvFile:
     """Parse and validate an env file.
 
@@ -159,10 +174,11 @@ def load_env_file(path: Path) -> EnvFile:
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise EnvFileError(f"{path}: not valid {path.suffix[1:].upper()}: {exc}") from exc
     if not isinstance(data, dict):
-        raise EnvFileError(f"{path}: an env file must be a mapping with an 'mcpServers' key")
+        raise EnvFileError(f"{path}: an env file must be a mapping with an 'mcpServers' or a 'harness' key")
     try:
         config = EnvFile.model_validate(data)
-        parse_servers({"mcpServers": config.mcp_servers})
+        if config.mcp_servers:
+            parse_servers({"mcpServers": config.mcp_servers})
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors())
         raise EnvFileError(f"{path}: {problems}") from None
@@ -211,7 +227,22 @@ def _build(name: str, path: Path, mtime_ns: int, size: int) -> type[FileEnv]:
         "dataset_path": (base / config.dataset) if config.dataset else None,
         "__module__": __name__,
     }
+    if config.harness is not None:
+        attrs["harness"] = _absolute_harness(config.harness, base)
+        attrs["replayable"] = True  # the restarted program rebuilds the state (gymflow.envs.harness)
+        return type(f"HarnessFileEnv_{path.stem}", (HarnessFileEnv,), attrs)
     return type(f"FileEnv_{path.stem}", (FileEnv,), attrs)
+
+
+def _absolute_harness(harness: Harness, base: Path) -> Harness:
+    """The harness with a command (or argument) naming a file next to the env file made absolute."""
+    if isinstance(harness.command, str):
+        return harness
+    command = list(harness.command)
+    if "/" in command[0] and not Path(command[0]).is_absolute():
+        command[0] = str(base / command[0])
+    command[1:] = [_absolute_arg(arg, base) for arg in command[1:]]
+    return harness.model_copy(update={"command": command})
 
 
 def _reward_fns(reward: RewardSpecs, base: Path) -> tuple[RewardFn, ...]:
