@@ -9,8 +9,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +76,28 @@ def harness_env_file(directory: Path, command: list[str], *, timeout_s: float = 
     path.write_text(yaml.safe_dump(config))
     return path
 
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids of live processes with `marker` as one of their arguments (zombies excluded)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in argv and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+async def wait_for(predicate: Callable[[], bool], *, timeout_s: float = 60, what: str = "condition") -> None:
+    """Poll `predicate` until it holds; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
+        await asyncio.sleep(0.05)

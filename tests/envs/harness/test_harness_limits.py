@@ -1,0 +1,137 @@
+"""Harness rollouts at their edges: bad requests get the API's own errors, budgets and cancellation stop
+the program (and kill it), a program that cannot start is an infra failure, never a score."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from harness_support import (
+    AGENTS,
+    FileTaskPolicy,
+    agent_python,
+    file_task,
+    harness_env_file,
+    processes_with,
+    wait_for,
+)
+from temporalio.client import Client, WorkflowFailureError
+
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.contract import TerminationReason
+from gymflow.workers.sdk.client import run_rollout, start_rollout
+from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.schema import RolloutInput, RolloutLimits
+
+SLEEPER = [sys.executable, "-c", "import sys, time; time.sleep(600)"]
+
+
+@pytest.fixture(scope="module")
+async def upstream() -> PolicyServer:
+    async with PolicyServer(FileTaskPolicy(), record_requests=True) as server:
+        yield server
+
+
+def rollout(env: Path, upstream: PolicyServer, **limits: int) -> RolloutInput:
+    return RolloutInput(
+        env=str(env),
+        task=file_task(0),
+        model=ModelConfig(base_url=upstream.url),
+        limits=RolloutLimits(**limits),
+    )
+
+
+@pytest.mark.parametrize("script", ["openai_agent.py", "anthropic_agent.py"])
+async def test_a_malformed_request_gets_the_apis_own_error(
+    script: str, client: Client, worker: RunningWorker, upstream: PolicyServer, tmp_path: Path
+) -> None:
+    env = harness_env_file(tmp_path, [str(agent_python()), str(AGENTS / script), "--malformed"])
+    answered = len(upstream.requests)
+    result = await run_rollout(client, rollout(env, upstream), task_queue=worker.task_queue)
+    assert result.program is not None and result.program.exit_code == 3, result.program
+    error = json.loads(result.program.output.strip().splitlines()[-1])
+    assert error["status"] == 400
+    if script == "anthropic_agent.py":  # {"type": "error", "error": {"type", "message"}}
+        assert error["body"]["type"] == "error" and error["body"]["error"]["type"] == "invalid_request_error"
+        assert "max_tokens" in error["body"]["error"]["message"]
+    else:  # the openai client hands over the body's "error" object
+        assert error["body"]["type"] == "invalid_request_error" and "messages" in error["body"]["message"]
+    assert result.termination is TerminationReason.AGENT_EXIT and result.turns == 0
+    assert len(upstream.requests) == answered  # refused at the gateway: nothing reached the model
+
+
+async def test_tokens_and_routes_are_checked_in_each_apis_shape(worker: RunningWorker) -> None:
+    gateway = worker.gateway
+    base = gateway.url.removesuffix("/v1")
+    admitted = gateway.admit(workflow_id=f"no-such-rollout-{uuid.uuid4().hex[:6]}", run_id="", start=0)
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    async with httpx.AsyncClient(timeout=30) as http:
+        wrong = await http.post(f"{base}/v1/chat/completions", json=chat, headers={"authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and wrong.json()["error"]["type"] == "authentication_error"
+        wrong = await http.post(f"{base}/r/nope/v1/messages", json={}, headers={"x-api-key": "nope"})
+        assert wrong.status_code == 401 and wrong.json()["error"]["type"] == "authentication_error"
+        assert wrong.json()["type"] == "error"
+        mixed = await http.post(f"{admitted.openai_base_url}/chat/completions", json=chat, headers={"authorization": "Bearer other"})
+        assert mixed.status_code == 401
+        garbage = await http.post(
+            f"{admitted.openai_base_url}/chat/completions", content=b"{not json", headers={"content-type": "application/json"}
+        )
+        assert garbage.status_code == 400 and garbage.json()["error"]["type"] == "invalid_request_error"
+        nowhere = await http.post(f"{admitted.openai_base_url}/embeddings", json={})
+        assert nowhere.status_code == 404 and "no route" in nowhere.json()["error"]["message"]
+        over = await http.post(f"{admitted.openai_base_url}/chat/completions", json=chat)
+        assert over.status_code == 400 and "rollout is over" in over.json()["error"]["message"]
+        gateway.revoke(admitted.token)
+        revoked = await http.post(f"{admitted.openai_base_url}/chat/completions", json=chat)
+        assert revoked.status_code == 401
+
+
+async def test_the_call_budget_stops_the_program(
+    client: Client, worker: RunningWorker, upstream: PolicyServer, tmp_path: Path
+) -> None:
+    env = harness_env_file(tmp_path, [str(agent_python()), str(AGENTS / "openai_agent.py")])
+    answered = len(upstream.requests)
+    result = await run_rollout(client, rollout(env, upstream, max_turns=1), task_queue=worker.task_queue)
+    assert result.termination is TerminationReason.MAX_TURNS, result
+    assert result.turns == 1 and len(upstream.requests) - answered == 1
+    assert result.reward is not None and result.reward.total == 1.0  # the file was written before the stop
+    assert result.program is not None and result.program.exit_code is None  # stopped, not exited
+
+
+async def test_wall_time_stops_the_program_and_kills_it(
+    client: Client, worker: RunningWorker, upstream: PolicyServer, tmp_path: Path
+) -> None:
+    marker = f"sleeper-{uuid.uuid4().hex}"
+    env = harness_env_file(tmp_path, [*SLEEPER, marker], timeout_s=3)
+    result = await run_rollout(client, rollout(env, upstream), task_queue=worker.task_queue)
+    assert result.termination is TerminationReason.TIME_BUDGET and not result.infra_failed
+    assert result.reward is not None and result.reward.total == 0.0
+    assert processes_with(marker) == []
+
+
+async def test_a_cancelled_rollout_kills_its_program_and_frees_its_workspace(
+    client: Client, worker: RunningWorker, upstream: PolicyServer, tmp_path: Path
+) -> None:
+    marker = f"sleeper-{uuid.uuid4().hex}"
+    env = harness_env_file(tmp_path, [*SLEEPER, marker])
+    handle = await start_rollout(client, rollout(env, upstream), task_queue=worker.task_queue)
+    await wait_for(lambda: bool(processes_with(marker)), what="the program to start")
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+    await wait_for(lambda: not processes_with(marker), timeout_s=30, what="the program to be killed")
+    await wait_for(lambda: not worker.env.held(), timeout_s=30, what="the workspace to be released")
+
+
+async def test_a_program_that_cannot_start_is_an_infra_failure(
+    client: Client, worker: RunningWorker, upstream: PolicyServer, tmp_path: Path
+) -> None:
+    env = harness_env_file(tmp_path, ["no-such-agent-program", "--go"])
+    result = await run_rollout(client, rollout(env, upstream), task_queue=worker.task_queue)
+    assert result.infra_failed and result.termination is TerminationReason.ENV_ERROR
+    assert result.reward is None and "no-such-agent-program" in (result.error or "")
