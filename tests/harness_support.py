@@ -2,7 +2,8 @@
 
 * `FileTaskPolicy` plays tasks "write PATH: CONTENT" the way a model would through tests/agents/*:
   one `write_file` call, then a final answer once the tool's result is in the conversation.
-* `harness_env_file` writes a harness env file running one of those agents, scored by `file_written`.
+* `harness_env_file` writes a harness env file running one of those agents, scored by
+  tests/agents/file_reward.py (every file written with its content).
 * The upstream is the policy server with `record_requests`: every request it answered, by
   fingerprint, so a test can say that no request was answered twice.
 """
@@ -25,7 +26,7 @@ from gymflow.envs.contract import Message, Task, ToolCall, ToolSpec
 from gymflow.envs.policy import Policy
 
 AGENTS = Path(__file__).parent / "agents"
-_PROMPT_RE = re.compile(r"^write (?P<path>[\w.-]+): (?P<content>.*)$", re.DOTALL)
+_LINE_RE = re.compile(r"^write (?P<path>[\w.-]+): (?P<content>.*)$")
 
 
 def agent_python() -> Path:
@@ -36,46 +37,42 @@ def agent_python() -> Path:
     return python
 
 
-def file_task(index: int, *, prefix: str = "note") -> Task:
-    path, content = f"{prefix}-{index}.txt", f"line {index} of the harness test"
-    return Task(id=f"{prefix}-{index}", prompt=f"write {path}: {content}", ground_truth={"path": path, "content": content})
+def file_task(index: int, *, prefix: str = "note", files: int = 1) -> Task:
+    """A task to write `files` files ("write PATH: CONTENT", one line each)."""
+    wanted = {f"{prefix}-{index}-{k}.txt": f"line {k} of task {index}" for k in range(files)}
+    prompt = "\n".join(f"write {path}: {content}" for path, content in wanted.items())
+    return Task(id=f"{prefix}-{index}", prompt=prompt, ground_truth=wanted)
 
 
 class FileTaskPolicy(Policy):
-    """Writes the task's file with the program's `write_file` tool, then answers."""
+    """Writes the task's files with the program's `write_file` tool, one per turn, then answers."""
 
     name = "file-task"
 
     def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
         prompt = next(m.content for m in messages if m.role == "user")
-        match = _PROMPT_RE.match(prompt.strip())
-        if match is None:
+        lines = [m for line in prompt.strip().splitlines() if (m := _LINE_RE.match(line.strip()))]
+        if not lines:
             return Message(role="assistant", content="I cannot read this task.")
-        if any(m.role == "tool" for m in messages):
-            return Message(role="assistant", content=f"done: {match['path']}")
-        arguments = {"path": match["path"], "content": match["content"]}
-        turn = sum(m.role == "assistant" for m in messages)
-        return Message(role="assistant", tool_calls=[ToolCall(id=f"call_{turn}_0", name="write_file", arguments=arguments)])
-
-
-def file_written(completion: str, ground_truth: Any, workspace: Path, **kwargs: Any) -> float:
-    """1.0 when the task's file holds exactly the task's content."""
-    del completion, kwargs
-    path = workspace / ground_truth["path"]
-    return float(path.is_file() and path.read_text() == ground_truth["content"])
+        done = sum(m.role == "tool" for m in messages)
+        if done >= len(lines):
+            return Message(role="assistant", content="done: " + ", ".join(m["path"] for m in lines))
+        arguments = {"path": lines[done]["path"], "content": lines[done]["content"]}
+        return Message(
+            role="assistant", tool_calls=[ToolCall(id=f"call_{done}", name="write_file", arguments=arguments)]
+        )
 
 
 def harness_env_file(directory: Path, command: list[str], *, timeout_s: float = 120, **extra: Any) -> Path:
     """A harness env file running `command`, scored by `file_written`."""
     config = {
         "harness": {"command": command, "timeout_s": timeout_s},
-        "reward": f"{Path(__file__).resolve()}:file_written",
+        "reward": f"{AGENTS / 'file_reward.py'}:file_written",
         **extra,
     }
     path = directory / "agent.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
-
 
 
 def processes_with(marker: str) -> list[int]:

@@ -43,7 +43,13 @@ def main() -> int:
         return 0
     messages: list[dict] = [{"role": "user", "content": os.environ["GYMFLOW_PROMPT"]}]
     for _ in range(8):
-        request = {"model": "any", "max_tokens": 512, "system": "You write files.", "tools": [TOOL], "messages": messages}
+        request = {
+            "model": "any",
+            "max_tokens": 512,
+            "system": "You write files.",
+            "tools": [TOOL],
+            "messages": messages,
+        }
         if args.stream:
             with client.messages.stream(**request) as stream:
                 reply = stream.get_final_message()

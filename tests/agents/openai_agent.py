@@ -7,6 +7,7 @@ streamed, or chained with previous_response_id). It knows nothing of gymflow.
 
     python openai_agent.py --api chat|chat-stream|responses|responses-stream|responses-chain
     python openai_agent.py --malformed     # send a request the API refuses; print the error, exit 3
+    python openai_agent.py --pause 2       # think for 2 s after each tool call (chaos tests kill then)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import openai
@@ -30,8 +32,12 @@ TOOL = {
 }
 
 
+PAUSE = {"seconds": 0.0}
+
+
 def write_file(path: str, content: str) -> str:
     Path(path).write_text(content)
+    time.sleep(PAUSE["seconds"])
     return f"wrote {len(content)} characters to {path}"
 
 
@@ -41,7 +47,10 @@ def chat(client: openai.OpenAI, prompt: str, stream: bool) -> str:
         if stream:
             text, calls, finish = "", {}, None
             for chunk in client.chat.completions.create(
-                model="any", messages=messages, tools=[{"type": "function", "function": TOOL}], stream=True,
+                model="any",
+                messages=messages,
+                tools=[{"type": "function", "function": TOOL}],
+                stream=True,
                 stream_options={"include_usage": True},
             ):
                 if not chunk.choices:
@@ -65,7 +74,9 @@ def chat(client: openai.OpenAI, prompt: str, stream: bool) -> str:
             message = reply.choices[0].message
             text = message.content or ""
             tool_calls = [c.model_dump() for c in message.tool_calls or []]
-        messages.append({"role": "assistant", "content": text or None, **({"tool_calls": tool_calls} if tool_calls else {})})
+        messages.append(
+            {"role": "assistant", "content": text or None, **({"tool_calls": tool_calls} if tool_calls else {})}
+        )
         if not tool_calls:
             return text
         for call in tool_calls:
@@ -109,7 +120,9 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--api", default="chat")
     parser.add_argument("--malformed", action="store_true")
+    parser.add_argument("--pause", type=float, default=0.0)
     args = parser.parse_args()
+    PAUSE["seconds"] = args.pause
     client = openai.OpenAI()  # OPENAI_BASE_URL and OPENAI_API_KEY from the environment
     if args.malformed:
         try:

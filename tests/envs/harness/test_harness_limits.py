@@ -76,10 +76,14 @@ async def test_tokens_and_routes_are_checked_in_each_apis_shape(worker: RunningW
         wrong = await http.post(f"{base}/r/nope/v1/messages", json={}, headers={"x-api-key": "nope"})
         assert wrong.status_code == 401 and wrong.json()["error"]["type"] == "authentication_error"
         assert wrong.json()["type"] == "error"
-        mixed = await http.post(f"{admitted.openai_base_url}/chat/completions", json=chat, headers={"authorization": "Bearer other"})
+        mixed = await http.post(
+            f"{admitted.openai_base_url}/chat/completions", json=chat, headers={"authorization": "Bearer other"}
+        )
         assert mixed.status_code == 401
         garbage = await http.post(
-            f"{admitted.openai_base_url}/chat/completions", content=b"{not json", headers={"content-type": "application/json"}
+            f"{admitted.openai_base_url}/chat/completions",
+            content=b"{not json",
+            headers={"content-type": "application/json"},
         )
         assert garbage.status_code == 400 and garbage.json()["error"]["type"] == "invalid_request_error"
         nowhere = await http.post(f"{admitted.openai_base_url}/embeddings", json={})
