@@ -3,10 +3,12 @@ the program (and kill it), a program that cannot start is an infra failure, neve
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -46,22 +48,28 @@ def rollout(env: Path, upstream: PolicyServer, **limits: int) -> RolloutInput:
     )
 
 
-@pytest.mark.parametrize("script", ["openai_agent.py", "anthropic_agent.py"])
 async def test_a_malformed_request_gets_the_apis_own_error(
-    script: str, client: Client, worker: RunningWorker, upstream: PolicyServer, tmp_path: Path
+    client: Client, worker: RunningWorker, upstream: PolicyServer, tmp_path: Path
 ) -> None:
-    env = harness_env_file(tmp_path, [str(agent_python()), str(AGENTS / script), "--malformed"])
+    """The real clients raise their own error types from the gateway's answers: the programs end at once."""
     answered = len(upstream.requests)
-    result = await run_rollout(client, rollout(env, upstream), task_queue=worker.task_queue)
-    assert result.program is not None and result.program.exit_code == 3, result.program
-    error = json.loads(result.program.output.strip().splitlines()[-1])
-    assert error["status"] == 400
-    if script == "anthropic_agent.py":  # {"type": "error", "error": {"type", "message"}}
-        assert error["body"]["type"] == "error" and error["body"]["error"]["type"] == "invalid_request_error"
-        assert "max_tokens" in error["body"]["error"]["message"]
-    else:  # the openai client hands over the body's "error" object
-        assert error["body"]["type"] == "invalid_request_error" and "messages" in error["body"]["message"]
-    assert result.termination is TerminationReason.AGENT_EXIT and result.turns == 0
+
+    async def malformed(script: str) -> dict[str, Any]:
+        directory = tmp_path / script
+        directory.mkdir()
+        env = harness_env_file(directory, [str(agent_python()), str(AGENTS / script), "--malformed"])
+        result = await run_rollout(client, rollout(env, upstream), task_queue=worker.task_queue)
+        assert result.termination is TerminationReason.AGENT_EXIT and result.turns == 0
+        assert result.program is not None and result.program.exit_code == 3, result.program
+        error: dict[str, Any] = json.loads(result.program.output.strip().splitlines()[-1])
+        assert error["status"] == 400
+        return error["body"]
+
+    openai_error, anthropic_error = await asyncio.gather(malformed("openai_agent.py"), malformed("anthropic_agent.py"))
+    # The openai client hands over the body's "error" object; anthropic's the body {"type": "error", "error": ...}.
+    assert openai_error["type"] == "invalid_request_error" and "messages" in openai_error["message"]
+    assert anthropic_error["type"] == "error" and anthropic_error["error"]["type"] == "invalid_request_error"
+    assert "max_tokens" in anthropic_error["error"]["message"]
     assert len(upstream.requests) == answered  # refused at the gateway: nothing reached the model
 
 
