@@ -8,6 +8,7 @@ streamed, or chained with previous_response_id). It knows nothing of gymflow.
     python openai_agent.py --api chat|chat-stream|responses|responses-stream|responses-chain
     python openai_agent.py --malformed     # send a request the API refuses; print the error, exit 3
     python openai_agent.py --pause 2       # think for 2 s after each tool call (chaos tests kill then)
+    python openai_agent.py --rewrite       # rewrite its system prompt before every call (history changes)
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ TOOL = {
 
 
 PAUSE = {"seconds": 0.0}
+REWRITE = {"on": False}
 
 
 def write_file(path: str, content: str) -> str:
@@ -43,7 +45,9 @@ def write_file(path: str, content: str) -> str:
 
 def chat(client: openai.OpenAI, prompt: str, stream: bool) -> str:
     messages: list[dict] = [{"role": "system", "content": "You write files."}, {"role": "user", "content": prompt}]
-    for _ in range(8):
+    for call_number in range(8):
+        if REWRITE["on"]:
+            messages[0] = {"role": "system", "content": f"You write files. This is call {call_number + 1}."}
         if stream:
             text, calls, finish = "", {}, None
             for chunk in client.chat.completions.create(
@@ -121,8 +125,10 @@ def main() -> int:
     parser.add_argument("--api", default="chat")
     parser.add_argument("--malformed", action="store_true")
     parser.add_argument("--pause", type=float, default=0.0)
+    parser.add_argument("--rewrite", action="store_true")
     args = parser.parse_args()
     PAUSE["seconds"] = args.pause
+    REWRITE["on"] = args.rewrite
     client = openai.OpenAI()  # OPENAI_BASE_URL and OPENAI_API_KEY from the environment
     if args.malformed:
         try:

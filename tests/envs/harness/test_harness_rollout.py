@@ -13,6 +13,7 @@ from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
 from gymflow.envs.contract import TerminationReason
+from gymflow.envs.wire.tokens import TokenMismatch
 from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
@@ -65,3 +66,25 @@ async def test_programs_play_tasks_through_the_gateway_in_every_api(
 
     await asyncio.gather(*(play(api) for api in PROGRAMS))
     assert len(upstream.requests) - answered == 2 * len(PROGRAMS)  # two model calls per rollout, no more
+
+
+async def test_a_program_that_rewrites_its_history_gets_token_segments(
+    client: Client, worker: RunningWorker, upstream: PolicyServer, tmp_path: Path
+) -> None:
+    """Its second prompt does not extend the first: two segments, each exactly what the server saw."""
+    env = harness_env_file(tmp_path, [str(agent_python()), str(AGENTS / "openai_agent.py"), "--rewrite"])
+    served = len(upstream.records)
+    result = await run_rollout(
+        client,
+        RolloutInput(
+            env=str(env), task=file_task(0, prefix="rewrite"), model=ModelConfig(base_url=upstream.url, tokens="sglang")
+        ),
+        task_queue=worker.task_queue,
+    )
+    assert result.reward is not None and result.reward.total == 1.0 and result.turns == 2
+    with pytest.raises(TokenMismatch):
+        result.token_sequence()
+    segments = result.token_segments()
+    records = upstream.records[served:]
+    assert [s.ids for s in segments] == [r.prompt_ids + r.completion_ids for r in records]
+    assert [sum(s.loss_mask) for s in segments] == [len(r.completion_ids) for r in records]
