@@ -31,14 +31,16 @@ rebuild the state (gymflow.workflows.harness).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import Field, ValidationError
 
-from gymflow.envs.contract import Wire
+from gymflow.envs.contract import RolloutNotFound, Wire
 from gymflow.envs.harness.program import Program
 from gymflow.envs.mcp.env import McpEnv
 from gymflow.envs.mcp.ledger import LEDGER_DIR, Ledger
@@ -107,76 +109,121 @@ def gateway_variables(*, openai_base_url: str, anthropic_base_url: str, api_key:
     }
 
 
-class HarnessEnv(McpEnv):
-    """An env played by an agent program; subclass with `harness` set, or write an env file with `harness:`."""
+class ProgramHost:
+    """Runs each rollout's agent program: the half of a harness env that is not about its environment.
+
+    A subclass of `BaseEnv` mixes it in and says where the program runs (`program_home`) and what
+    else it must be told (`program_variables`); `HarnessEnv` runs it in the rollout's workspace, a
+    Harbor harness env (gymflow.envs.harness.harbor) on the node with the task's container at hand.
+    """
 
     harness: ClassVar[Harness | None] = None
-    replayable = True
-    servers_optional = True
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def _host(self, workspace_root: Path) -> None:
         self._runtime = ProcessRuntime()
-        self._ledger = Ledger(self.workspace_root / LEDGER_DIR)
+        self._ledger = Ledger(workspace_root / LEDGER_DIR)
         self._harnesses: dict[str, Harness] = {}
         self._programs: dict[str, Program] = {}
 
-    async def init_rollout(self, rollout_id: str, **rollout_args: Any) -> None:
-        """A workspace as McpEnv makes one; `command` and `env` in the task's init_args override the harness's."""
+    def take_harness(self, rollout_id: str, rollout_args: dict[str, Any]) -> None:
+        """Fix the rollout's harness: the class's, with `command` / `env` popped from the task's init_args."""
         if self.harness is None:
             raise TypeError(f"{type(self).__name__} sets no `harness`")
         override: dict[str, Any] = {key: rollout_args.pop(key) for key in ("command", "env") if key in rollout_args}
         try:
-            harness = self.harness.model_copy(update=override) if override else self.harness
-            if override:
-                harness = Harness.model_validate(harness.model_dump())
+            harness = Harness.model_validate({**self.harness.model_dump(), **override}) if override else self.harness
         except ValidationError as exc:
             raise ValueError(f"init_args: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
-        await super().init_rollout(rollout_id, **rollout_args)
         self._harnesses[rollout_id] = harness
+
+    def program_home(self, rollout_id: str) -> Path:
+        """The host directory the rollout's program runs in (raises RolloutNotFound when not held)."""
+        raise NotImplementedError
+
+    async def program_variables(self, rollout_id: str, home: Path) -> dict[str, str]:
+        """Variables the program gets besides the harness's and the gateway's."""
+        del rollout_id, home
+        return {}
+
+    def harness_timeout(self, rollout_id: str) -> float | None:
+        """The program's wall time when the task sets one (a Harbor task's agent timeout); None: the harness's."""
+        del rollout_id
+        return None
 
     def harness_info(self, rollout_id: str) -> HarnessInfo:
         harness = self._harness(rollout_id)
         command = harness.command if isinstance(harness.command, list) else ["sh", "-c", harness.command]
-        return HarnessInfo(timeout_s=harness.timeout_s, command=command)
+        return HarnessInfo(timeout_s=self.harness_timeout(rollout_id) or harness.timeout_s, command=command)
 
     def _harness(self, rollout_id: str) -> Harness:
-        self.workspace(rollout_id)  # RolloutNotFound for a rollout this instance does not hold
+        self.program_home(rollout_id)  # RolloutNotFound for a rollout this instance does not hold
         return self._harnesses[rollout_id]
 
     async def start_program(
         self, rollout_id: str, *, prompt: str, gateway: Mapping[str, str], values: Mapping[str, str]
     ) -> Program:
-        """Start the rollout's program in its workspace (stopping one still running there first)."""
+        """Start the rollout's program (stopping one still running for it first)."""
         harness = self._harness(rollout_id)
         await self.stop_program(rollout_id)
-        workspace = self.workspace(rollout_id)
-        filled = {"prompt": prompt, "workspace": str(workspace), "rollout_id": rollout_id, **values}
+        home = self.program_home(rollout_id)
+        filled = {"prompt": prompt, "workspace": str(home), "rollout_id": rollout_id, **values}
         if isinstance(harness.command, list):
             argv = [fill(arg, filled) for arg in harness.command]
         else:
             argv = ["sh", "-c", fill(harness.command, filled, quote=True)]
         variables = {key: fill(value, filled) for key, value in harness.env.items()}
-        variables |= {"GYMFLOW_PROMPT": prompt, "GYMFLOW_WORKSPACE": str(workspace), **gateway}
+        variables |= await self.program_variables(rollout_id, home)
+        variables |= {"GYMFLOW_PROMPT": prompt, "GYMFLOW_WORKSPACE": str(home), **gateway}
         sandbox = await self._runtime.start(
-            RolloutSpec(rollout_id=rollout_id, node_id=os.uname().nodename, workspace=str(workspace))
+            RolloutSpec(rollout_id=rollout_id, node_id=os.uname().nodename, workspace=str(home))
         )
-        entry = f"{workspace.name}.program"
+        entry = f"{home.name}.program"
         program = Program(
             sandbox.stdio_command(argv, env=variables),
             max_output_bytes=harness.max_output_bytes,
-            on_start=lambda pid: self._ledger.record(entry, workspace=workspace, pids=[pid]),
+            on_start=lambda pid: self._ledger.record(entry, workspace=home, pids=[pid]),
         )
         self._programs[rollout_id] = program
         await program.start()
         return program
 
     async def stop_program(self, rollout_id: str) -> None:
+        """Kill the rollout's program and everything it started (idempotent)."""
         program = self._programs.pop(rollout_id, None)
         if program is not None:
             await program.stop()
-            if rollout_id in self._harnesses:
-                self._ledger.forget(f"{self.workspace(rollout_id).name}.program")
+            with contextlib.suppress(RolloutNotFound):
+                self._ledger.forget(f"{self.program_home(rollout_id).name}.program")
+
+    async def stop_programs(self) -> None:
+        """Kill every program (worker exit)."""
+        for rollout_id in list(self._programs):
+            await self.stop_program(rollout_id)
+        self._ledger.close()
+
+
+class HarnessEnv(ProgramHost, McpEnv):
+    """An env played by an agent program in its rollout's workspace; subclass with `harness` set, or
+    write an env file with `harness:`."""
+
+    replayable = True
+    servers_optional = True
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._host(self.workspace_root)
+
+    async def init_rollout(self, rollout_id: str, **rollout_args: Any) -> None:
+        """A workspace as McpEnv makes one; `command` and `env` in the task's init_args override the harness's."""
+        self.take_harness(rollout_id, rollout_args)
+        try:
+            await super().init_rollout(rollout_id, **rollout_args)
+        except BaseException:
+            self._harnesses.pop(rollout_id, None)
+            raise
+
+    def program_home(self, rollout_id: str) -> Path:
+        return self.workspace(rollout_id)
 
     async def release_rollout(self, rollout_id: str) -> None:
         """Kill the program (if it still runs), then free the workspace."""
@@ -185,7 +232,5 @@ class HarnessEnv(McpEnv):
         await super().release_rollout(rollout_id)
 
     async def shutdown(self) -> None:
-        for rollout_id in list(self._programs):
-            await self.stop_program(rollout_id)
+        await self.stop_programs()
         await super().shutdown()
-        self._ledger.close()
