@@ -1,0 +1,174 @@
+"""Benchmark: a harness rollout's overhead per model call over the same program calling the model directly.
+
+    python -m bench.harness [--calls 50] [--repeats 3]
+
+Writes bench/out/harness.{json,png}. One run starts a dev server (as the tests do), the scripted
+policy endpoint (every answer "I don't know.": the model costs ~nothing) and a worker with its
+gateway, all in this process. The program (bench/agents/calls.py, the official openai client in its
+own venv, `python3 tests/third_party_agents.py clients`) makes `--calls` chat calls of a growing
+conversation and times each one itself. Variants, alternated `--repeats` times:
+
+* ``direct``: the program's OPENAI_BASE_URL is the policy endpoint;
+* ``harness``: the program is a harness rollout's (gymflow.envs.harness); each call goes gateway ->
+  `model_call` Update -> `model_call` activity -> the endpoint, and back;
+* ``harness-local``: the same with `ModelConfig.local_activity` (the turn runs as a local activity
+  of the update's workflow task: one server round trip fewer).
+
+The figure per variant is the median and p90 of the per-call latency the program measured; the
+overhead is a harness variant's median minus direct's. The load average around the run is recorded:
+the box's cores are shared with the Temporal server, this process and anything else running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from gymflow.activities.model import ModelConfig  # noqa: E402
+from gymflow.envs.contract import Task  # noqa: E402
+from gymflow.envs.policy import NullPolicy  # noqa: E402
+from gymflow.workers.config import Settings  # noqa: E402
+from gymflow.workers.sdk.client import DATA_CONVERTER, run_rollout  # noqa: E402
+from gymflow.workers.servers.policy import PolicyServer  # noqa: E402
+from gymflow.workers.servers.temporal import temporal_binary  # noqa: E402
+from gymflow.workers.worker import running_worker  # noqa: E402
+from gymflow.workflows.names import SEARCH_ATTRIBUTES  # noqa: E402
+from gymflow.workflows.schema import RolloutInput, RolloutLimits  # noqa: E402
+
+OUT = ROOT / "bench" / "out"
+PROGRAM = ROOT / "bench" / "agents" / "calls.py"
+PYTHON = ROOT / ".agents" / "clients" / "bin" / "python"
+VARIANTS = ("direct", "harness", "harness-local")
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+
+
+async def direct(url: str, calls: int) -> list[float]:
+    env = {**os.environ, "OPENAI_BASE_URL": url, "OPENAI_API_KEY": "direct"}
+    process = await asyncio.create_subprocess_exec(
+        str(PYTHON), str(PROGRAM), str(calls), env=env, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await process.communicate()
+    return list(json.loads(out.decode().strip().splitlines()[-1])["latencies_ms"])
+
+
+async def harness(client: Any, queue: str, env_file: Path, url: str, calls: int, *, local: bool) -> list[float]:
+    result = await run_rollout(
+        client,
+        RolloutInput(
+            env=str(env_file),
+            task=Task(id=f"bench-{uuid.uuid4().hex[:6]}", prompt=str(calls)),  # the program's {prompt}: its calls
+            model=ModelConfig(base_url=url, local_activity=local),
+            limits=RolloutLimits(max_turns=calls + 1),
+        ),
+        task_queue=queue,
+    )
+    assert result.program is not None and result.program.exit_code == 0, result.program
+    assert result.turns == calls, result.turns
+    return list(json.loads(result.program.output.strip().splitlines()[-1])["latencies_ms"])
+
+
+async def measure(calls: int, repeats: int, work: Path) -> dict[str, Any]:
+    from temporalio.testing import WorkflowEnvironment
+
+    env_file = work / "calls.yaml"
+    env_file.write_text(yaml.safe_dump({"harness": {"command": [str(PYTHON), str(PROGRAM), "{prompt}"]}}))
+    samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    loads = [os.getloadavg()[0]]
+    server = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        search_attributes=SEARCH_ATTRIBUTES,
+        data_converter=DATA_CONVERTER,
+        dev_server_log_level="error",
+    )
+    try:
+        queue = f"bench-harness-{uuid.uuid4().hex[:6]}"
+        settings = Settings(task_queue=queue, workspace_root=work / "ws", data_dir=work / "data", mcp_pool_size=0)
+        async with PolicyServer(NullPolicy()) as policy, running_worker(server.client, settings):
+            await harness(server.client, queue, env_file, policy.url, 3, local=False)  # warm the worker up
+            for _ in range(repeats):
+                samples["direct"] += await direct(policy.url, calls)
+                samples["harness"] += await harness(server.client, queue, env_file, policy.url, calls, local=False)
+                samples["harness-local"] += await harness(server.client, queue, env_file, policy.url, calls, local=True)
+                loads.append(os.getloadavg()[0])
+    finally:
+        await server.shutdown()
+    report: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d"),
+        "calls_per_run": calls,
+        "repeats": repeats,
+        "cpus": os.cpu_count(),
+        "load_average": {"min": min(loads), "max": max(loads)},
+        "variants": {},
+    }
+    base = statistics.median(samples["direct"])
+    for variant, values in samples.items():
+        report["variants"][variant] = {
+            "calls": len(values),
+            "median_ms": round(statistics.median(values), 3),
+            "p90_ms": pct(values, 0.9),
+            "overhead_median_ms": round(statistics.median(values) - base, 3),
+        }
+    report["samples_ms"] = samples
+    return report
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    data = [report["samples_ms"][v] for v in VARIANTS]
+    ax.boxplot(data, tick_labels=list(VARIANTS), showfliers=False)
+    for index, variant in enumerate(VARIANTS, start=1):
+        stats = report["variants"][variant]
+        label = f"{stats['median_ms']:.1f} ms" + (f"\n(+{stats['overhead_median_ms']:.1f})" if index > 1 else "")
+        ax.annotate(label, (index, stats["median_ms"]), textcoords="offset points", xytext=(22, 0), fontsize=8)
+    ax.set_ylabel("latency per model call (ms)")
+    load = report["load_average"]
+    ax.set_title(
+        f"harness overhead per model call ({report['calls_per_run']} calls x {report['repeats']}, "
+        f"load {load['min']:.1f}-{load['max']:.1f} on {report['cpus']} cores)",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    if not PYTHON.exists():
+        raise SystemExit("the openai client's venv is missing: python3 tests/third_party_agents.py clients")
+    OUT.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as work:
+        report = asyncio.run(measure(args.calls, args.repeats, Path(work)))
+    (OUT / "harness.json").write_text(json.dumps(report, indent=1))
+    plot(report, OUT / "harness.png")
+    print(json.dumps({k: v for k, v in report.items() if k != "samples_ms"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
