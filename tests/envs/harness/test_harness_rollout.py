@@ -14,6 +14,7 @@ from temporalio.client import Client
 from gymflow.activities.model import ModelConfig
 from gymflow.envs.contract import TerminationReason
 from gymflow.envs.wire.tokens import TokenMismatch
+from gymflow.workers.cli.inspect import inspect_workflow, render
 from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
@@ -74,12 +75,14 @@ async def test_a_program_that_rewrites_its_history_gets_token_segments(
     """Its second prompt does not extend the first: two segments, each exactly what the server saw."""
     env = harness_env_file(tmp_path, [str(agent_python()), str(AGENTS / "openai_agent.py"), "--rewrite"])
     served = len(upstream.records)
+    workflow_id = f"harness-rewrite-{uuid.uuid4().hex[:6]}"
     result = await run_rollout(
         client,
         RolloutInput(
             env=str(env), task=file_task(0, prefix="rewrite"), model=ModelConfig(base_url=upstream.url, tokens="sglang")
         ),
         task_queue=worker.task_queue,
+        workflow_id=workflow_id,
     )
     assert result.reward is not None and result.reward.total == 1.0 and result.turns == 2
     with pytest.raises(TokenMismatch):
@@ -88,3 +91,9 @@ async def test_a_program_that_rewrites_its_history_gets_token_segments(
     records = upstream.records[served:]
     assert [s.ids for s in segments] == [r.prompt_ids + r.completion_ids for r in records]
     assert [sum(s.loss_mask) for s in segments] == [len(r.completion_ids) for r in records]
+
+    # Every model call is an activity of the rollout, with its summary, as `gymflow inspect` shows it.
+    shown = render(await inspect_workflow(client, workflow_id, run_id=None, ui_url="http://ui"), width=None)
+    assert "model call 1 (chat: 2 messages, 1 tools)" in shown and "model call 2 (chat: 4 messages, 1 tools)" in shown
+    assert "calls write_file(" in shown and "says 'done: rewrite-0-0.txt'" in shown
+    assert "exit 0 after" in shown and "answer: done" in shown
