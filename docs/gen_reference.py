@@ -5,6 +5,9 @@
   mkdocstrings reads docstrings), so a new setting documents itself.
 - reference/cli.md from the argument parser, `gymflow.workers.cli.main.build_parser`: every
   command's and subcommand's `--help`, as the installed `gymflow` prints it.
+- reference/file-formats.md from the pydantic models that read env files and training run configs:
+  every key with its type, default and docstring.
+- assets/bench/*.png: the plots of bench/results/, which the benchmarks page shows.
 - reference/api.md from `gymflow.__all__`: one mkdocstrings entry per public name, at the module
   that defines it, grouped by what it is for.
 
@@ -23,12 +26,14 @@ import textwrap
 import types
 import typing
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+ROOT = Path(__file__).resolve().parents[1]
 HELP_COLUMNS = "100"
 """argparse wraps help to the terminal's width: fixed, so the page does not depend on the builder's."""
 
@@ -97,6 +102,10 @@ def type_name(annotation: Any) -> str:
         return " | ".join(repr(arg) for arg in typing.get_args(annotation))
     if annotation is type(None):
         return "None"
+    if origin is not None and typing.get_args(annotation):  # list[str], dict[str, Any]
+        return f"{origin.__name__}[{', '.join(type_name(arg) for arg in typing.get_args(annotation))}]"
+    if annotation is Any:
+        return "Any"
     if isinstance(annotation, type):
         return annotation.__name__
     return str(annotation).replace("typing.", "")
@@ -123,11 +132,17 @@ def default_text(field: FieldInfo) -> str:
     """The default as Markdown; a factory's result when it is the same every call, else "set per process"."""
     if field.default_factory is not None:
         first, second = field.get_default(call_default_factory=True), field.get_default(call_default_factory=True)
+        if isinstance(first, BaseModel):
+            return "its own defaults"
+        if first in ({}, []):
+            return f"`{first}`"
         return f"`{first}` (computed)" if first == second else "set per process (see below)"
     if field.default is PydanticUndefined:
         return "required"
     if field.default is None:
         return "none"
+    if field.default == "":
+        return "empty"
     return f"`{field.default}`"
 
 
@@ -163,7 +178,7 @@ def config_reference() -> str:
         variable = f"{prefix}{name}".upper()
         bounds = constraints(field)
         kind = f"`{type_name(field.annotation)}`" + (f" ({bounds})" if bounds else "")
-        lines.append(f"| [`{variable}`](#{variable.lower()}) | {kind.replace('|', '&#124;')} | {default_text(field)} |")
+        lines.append(f"| [`{variable}`](#{variable.lower()}) | {kind} | {default_text(field)} |")  # `|` in code is kept
         details += [
             f"### `{variable}` {{#{variable.lower()}}}",
             "",
@@ -173,6 +188,77 @@ def config_reference() -> str:
             "",
         ]
     return "\n".join([*lines, "", "## Settings", "", *details])
+
+
+# --- file formats (env files, training run configs) ----------------------------------------------
+
+
+def nested_models(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models a field's type names (`Resources`, `list[PolicyRef] | None`, ...), once each."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found = [model for arg in typing.get_args(annotation) for model in nested_models(arg)]
+    return list(dict.fromkeys(found))
+
+
+def model_keys(root: type[BaseModel], *, title: str, seen: set[type[BaseModel]]) -> list[str]:
+    """One table per model, the root first, then every model its fields name that `seen` lacks."""
+    lines: list[str] = []
+    pending = [(root, title)]
+    while pending:
+        model, heading = pending.pop(0)
+        if model in seen:
+            continue
+        seen.add(model)
+        docs = attribute_docstrings(model)
+        doc = inspect.cleandoc(model.__doc__ or "")
+        lines += [f"### {heading} {{#{model.__name__.lower()}}}", "", escape_html(doc), ""]
+        lines += ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
+        for name, field in model.model_fields.items():
+            key = field.alias or name
+            kind = type_name(field.annotation)
+            for nested in nested_models(field.annotation):
+                link = f"[{nested.__name__}](#{nested.__name__.lower()})"
+                kind = re.sub(rf"\b{nested.__name__}\b", link, kind)
+                pending.append((nested, f"{key}: {nested.__name__}"))
+            bounds = constraints(field)
+            kind = f"{kind}" + (f" ({bounds})" if bounds else "")
+            text = escape_html(docs.get(name, field.description or "")).replace("\n", " ")
+            cells = [f"`{key}`", kind.replace("|", "&#124;"), default_text(field), text.replace("|", "&#124;")]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def formats_reference() -> str:
+    """reference/file-formats.md: the keys of env files and training run configs, from their models."""
+    from gymflow.envs.mcp.config import McpServerConfig
+    from gymflow.envs.mcp.envfile import EnvFile
+    from gymflow.workflows.training_schema import RunConfig
+
+    seen: set[type[BaseModel]] = set()
+    lines = [
+        "# File formats",
+        "",
+        "<!-- generated by docs/gen_reference.py from the pydantic models that read these files -->",
+        "",
+        "Every key of the YAML (or JSON) files gymflow reads, from the models that validate them. Unknown",
+        "keys are errors that name the key.",
+        "",
+        "## Env files",
+        "",
+        "An environment without Python ([guide](../guides/env-files.md)). A `reward:` entry is a",
+        "`module:function` or `file.py:function` string, or a reward-library entry (below).",
+        "",
+        *model_keys(EnvFile, title="Env file", seen=seen),
+        *model_keys(McpServerConfig, title="mcpServers: one server", seen=seen),
+        "## Training run configs",
+        "",
+        "The file `gymflow train launch CONFIG` reads ([guide](../guides/training.md)).",
+        "",
+        *model_keys(RunConfig, title="Run config", seen=seen),
+    ]
+    return "\n".join(lines)
 
 
 # --- CLI ----------------------------------------------------------------------------------------
@@ -215,16 +301,20 @@ def cli_reference() -> str:
 # --- Python API ---------------------------------------------------------------------------------
 
 
-def api_entries() -> dict[str, list[str]]:
-    """Section title -> the dotted paths (where each public name is defined), in `__all__` order."""
+def api_entries() -> dict[str, list[tuple[str, str]]]:
+    """Section title -> (public name, dotted path where it is defined), in `__all__` order.
+
+    A public name that is another name for one already listed (`RolloutResult` is `Trajectory`)
+    keeps its own entry, whose path is its definition's.
+    """
     import gymflow
 
-    grouped: dict[str, list[str]] = {title: [] for title, _, _ in API_SECTIONS}
+    grouped: dict[str, list[tuple[str, str]]] = {title: [] for title, _, _ in API_SECTIONS}
     for name in gymflow.__all__:
         value = getattr(gymflow, name)
         module = value.__module__
         title = next(title for title, _, prefixes in API_SECTIONS if module.startswith(prefixes))
-        grouped[title].append(f"{module}.{value.__qualname__}")
+        grouped[title].append((name, f"{module}.{value.__qualname__}"))
     return grouped
 
 
@@ -236,27 +326,44 @@ def api_reference() -> str:
         "<!-- generated by docs/gen_reference.py from gymflow.__all__ -->",
         "",
         "Everything here is importable from `gymflow` itself (`import gymflow; gymflow.Task(...)`);",
-        "the headings name the module that defines each. Names resolve lazily, so `import gymflow`",
-        "is cheap, and an env module that uses the contract alone never imports the Temporal SDK.",
+        "names resolve lazily, so `import gymflow` is cheap, and an env module that uses the contract",
+        "alone never imports the Temporal SDK.",
         "",
     ]
     descriptions = {title: text for title, text, _ in API_SECTIONS}
-    for title, paths in api_entries().items():
-        if not paths:
+    shown: set[str] = set()
+    for title, entries in api_entries().items():
+        if not entries:
             continue
         lines += [f"## {title}", "", descriptions[title], ""]
-        for path in paths:
+        for name, path in entries:
+            if path in shown or path.rpartition(".")[2] != name:
+                lines += [f"### {name}", "", f"`gymflow.{name}` is another name for [`{path}`][{path}].", ""]
+                continue
+            shown.add(path)
             lines += [f"::: {path}", "    options:", "      heading_level: 3", ""]
     return "\n".join(lines)
+
+
+def copy_bench_plots() -> None:
+    """bench/results/*.png into the site as assets/bench/*.png, for the benchmarks page."""
+    import mkdocs_gen_files
+
+    for plot in sorted((ROOT / "bench" / "results").glob("*.png")):
+        with mkdocs_gen_files.open(f"assets/bench/{plot.name}", "wb") as out:
+            out.write(plot.read_bytes())
 
 
 def main() -> None:
     import mkdocs_gen_files
 
+    copy_bench_plots()
+
     for page, text in (
         ("reference/configuration.md", config_reference()),
         ("reference/cli.md", cli_reference()),
         ("reference/api.md", api_reference()),
+        ("reference/file-formats.md", formats_reference()),
     ):
         with mkdocs_gen_files.open(page, "w") as out:
             out.write(text)
