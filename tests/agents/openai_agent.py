@@ -43,6 +43,7 @@ def write_file(path: str, content: str) -> str:
     return f"wrote {len(content)} characters to {path}"
 
 
+# --8<-- [start:chat]
 def chat(client: openai.OpenAI, prompt: str, stream: bool) -> str:
     messages: list[dict] = [{"role": "system", "content": "You write files."}, {"role": "user", "content": prompt}]
     for call_number in range(8):
@@ -87,6 +88,9 @@ def chat(client: openai.OpenAI, prompt: str, stream: bool) -> str:
             result = write_file(**json.loads(call["function"]["arguments"]))
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
     return "gave up"
+
+
+# --8<-- [end:chat]
 
 
 def responses(client: openai.OpenAI, prompt: str, stream: bool, chain: bool) -> str:
