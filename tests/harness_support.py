@@ -26,7 +26,7 @@ from gymflow.envs.contract import Message, Task, ToolCall, ToolSpec
 from gymflow.envs.policy import Policy
 
 AGENTS = Path(__file__).parent / "agents"
-_LINE_RE = re.compile(r"^write (?P<path>[\w.-]+): (?P<content>.*)$")
+_LINE_RE = re.compile(r"write (?P<path>[\w.-]+): (?P<content>.*)$")
 
 
 def agent_python() -> Path:
@@ -98,3 +98,21 @@ async def wait_for(predicate: Callable[[], bool], *, timeout_s: float = 60, what
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+"""mini-swe-agent's way to end a task: a command whose output's first line is this marker."""
+
+
+class BashFilePolicy(Policy):
+    """Plays file tasks through a `bash` tool (mini-swe-agent's): one printf per file, then the submit command."""
+
+    name = "bash-file-task"
+
+    def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
+        prompt = next(m.content for m in messages if m.role == "user")
+        lines = [m for line in prompt.splitlines() if (m := _LINE_RE.search(line.strip()))]
+        done = sum(1 for m in messages if m.role == "assistant")
+        command = SUBMIT if done >= len(lines) else f"printf '%s' '{lines[done]['content']}' > {lines[done]['path']}"
+        call = ToolCall(id=f"call_{done}", name="bash", arguments={"command": command})
+        return Message(role="assistant", content=f"Step {done + 1}.", tool_calls=[call])

@@ -1,0 +1,65 @@
+"""mini-swe-agent from PyPI, unmodified, plays rollouts through the gateway: its litellm model classes
+talk to the rollout's upstream, every model call is an activity of the rollout, token data is kept."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+import third_party_agents
+from harness_support import BashFilePolicy, file_task
+from temporalio.client import Client
+
+from gymflow.activities.model import ModelConfig
+from gymflow.envs.contract import TerminationReason
+from gymflow.workers.sdk.client import run_rollout
+from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.schema import RolloutInput
+
+LOCAL = Path(__file__).parent / "mini_swe_agent_local.yaml"
+
+
+def mini_or_skip() -> None:
+    if not third_party_agents.executable("mini-swe-agent").exists():
+        pytest.skip(f"mini-swe-agent is not installed: {third_party_agents.install_command('mini-swe-agent')}")
+
+
+async def model_calls(client: Client, workflow_id: str) -> list[str]:
+    """The summaries of the rollout's model_call activities, from its history."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    summaries = []
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            if event.activity_task_scheduled_event_attributes.activity_type.name == "model_call":
+                summaries.append(await client.data_converter.decode([event.user_metadata.summary]))
+    return [s[0] for s in summaries]
+
+
+async def test_mini_swe_agent_writes_files_in_its_workspace(client: Client, worker: RunningWorker) -> None:
+    mini_or_skip()
+    async with PolicyServer(BashFilePolicy(), record_requests=True) as upstream:
+        tasks = [file_task(i, prefix="mini", files=2) for i in range(2)]
+        ids = [f"mini-local-{uuid.uuid4().hex[:6]}" for _ in tasks]
+        results = await asyncio.gather(
+            *(
+                run_rollout(
+                    client,
+                    RolloutInput(env=str(LOCAL), task=task, model=ModelConfig(base_url=upstream.url, tokens="vllm")),
+                    task_queue=worker.task_queue,
+                    workflow_id=workflow_id,
+                )
+                for task, workflow_id in zip(tasks, ids, strict=True)
+            )
+        )
+        for result, workflow_id in zip(results, ids, strict=True):
+            assert result.termination is TerminationReason.AGENT_EXIT, result
+            assert result.reward is not None and result.reward.total == 1.0, result.program
+            assert result.program is not None and result.program.exit_code == 0
+            assert result.turns == 3  # two files, then the submit command
+            assert len(result.tokens) == 3 and result.token_sequence().loss_mask.count(1) > 0
+            calls = await model_calls(client, workflow_id)
+            assert [c.split(" (")[0] for c in calls] == ["model call 1", "model call 2", "model call 3"], calls
+        assert len(upstream.requests) == 6 and len(set(upstream.requests)) == 6
