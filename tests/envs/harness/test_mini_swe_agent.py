@@ -32,9 +32,9 @@ async def model_calls(client: Client, workflow_id: str) -> list[str]:
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     summaries = []
     for event in history.events:
-        if event.HasField("activity_task_scheduled_event_attributes"):
-            if event.activity_task_scheduled_event_attributes.activity_type.name == "model_call":
-                summaries.append(await client.data_converter.decode([event.user_metadata.summary]))
+        scheduled = event.activity_task_scheduled_event_attributes
+        if event.HasField("activity_task_scheduled_event_attributes") and scheduled.activity_type.name == "model_call":
+            summaries.append(await client.data_converter.decode([event.user_metadata.summary]))
     return [s[0] for s in summaries]
 
 
