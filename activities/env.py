@@ -40,6 +40,7 @@ from gymflow.envs.contract import (
     Reward,
     RolloutNotFound,
     Task,
+    TerminationReason,
     ToolCall,
     ToolError,
     ToolResult,
@@ -305,7 +306,10 @@ class EnvActivities:
         except RolloutNotFound as exc:
             raise errors.non_retryable(str(exc), type=errors.ROLLOUT_NOT_FOUND) from exc
         except InfraError as exc:
-            raise errors.non_retryable(str(exc), type=errors.ENV_ERROR) from exc
+            # A reward machinery that ran and could not score (a Harbor verifier that crashed or timed
+            # out) ends the rollout reward_error; any other infra failure (the state is gone) is recovered.
+            kind = errors.REWARD_ERROR if getattr(exc, "termination", None) == TerminationReason.REWARD_ERROR else None
+            raise errors.non_retryable(str(exc), type=kind or errors.ENV_ERROR) from exc
         except ApplicationError:
             raise  # typed by its own boundary (a judge endpoint, storage)
         except (ValidationError, ValueError, TypeError) as exc:

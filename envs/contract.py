@@ -133,6 +133,24 @@ class Message(Wire):
     `ModelConfig.images` is on sees them as image parts; any other reads only the text."""
 
 
+class TaskTimeouts(Wire):
+    """Time a task itself asks for (Harbor's task.toml), beyond the rollout's own limits.
+
+    The rollout workflow fits its activities' timeouts to these: the init's start-to-close covers
+    `setup_s` (an image build can take minutes), each tool call may run until the agent's time is
+    up, the agent loop ends at `agent_s` (`TerminationReason.TIME_BUDGET`, still scored), and the
+    reward's start-to-close covers `reward_s`. Env activities heartbeat meanwhile, so a lost node
+    is still noticed within seconds.
+    """
+
+    setup_s: float | None = Field(default=None, gt=0)
+    """Longest `init_rollout` may take (building and starting the task's environment)."""
+    agent_s: float | None = Field(default=None, gt=0)
+    """The agent's whole time, from the end of init to its last tool call."""
+    reward_s: float | None = Field(default=None, gt=0)
+    """Longest `compute_reward` may take (a verifier's run)."""
+
+
 class Task(Wire):
     """One dataset row: a prompt, what a correct answer is, and how to set up the rollout."""
 
@@ -146,6 +164,8 @@ class Task(Wire):
     """Keyword arguments for `BaseEnv.init_rollout` (files to stage, seeds, ...)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form labels (difficulty, split, source); never shown to the model."""
+    timeouts: TaskTimeouts | None = Field(default=None, exclude_if=lambda timeouts: timeouts is None)
+    """Time the task asks for (setup, agent, reward); None: the rollout's defaults."""
 
     def opening_messages(self) -> list[Message]:
         """The conversation the model starts from (without the system prompt)."""
@@ -228,7 +248,8 @@ class TerminationReason(enum.StrEnum):
     AGENT_EXIT = "agent_exit"
     """A harness rollout's agent program exited (whatever its exit code: the reward judges the work)."""
     TIME_BUDGET = "time_budget"
-    """A harness rollout's agent program ran out of wall time and was stopped."""
+    """The agent's time ran out (`TaskTimeouts.agent_s`, a task's agent timeout, or a harness program's
+    `timeout_s`): still scored."""
     MODEL_ERROR = "model_error"
     """The model endpoint failed after Temporal's retries (or refused the request)."""
     ENV_ERROR = "env_error"

@@ -31,6 +31,7 @@ BUILTIN: dict[str, str] = {
     "search": "gymflow.envs.builtin.search.env:SearchEnv",
     "units": "gymflow.envs.examples.units:UnitsEnv",
     "crm": "gymflow.envs.builtin.crm.env:CrmEnv",
+    "harbor": "gymflow.envs.builtin.harbor.env:HarborEnv",
 }
 
 

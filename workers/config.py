@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     """How often the worker checks the workflows of the rollouts it holds against the server and
     frees the servers and workspaces of those that closed without releasing them (terminated,
     timed out, reset); each round also reaps what dead workers on this host left behind."""
+    runtime_state_dir: Path = Path("/var/tmp/gymflow-runtime")
+    """Where rollout containers keep their disks and the host's runtime lock files (shared by every
+    worker process of a host, so each one's reaper finds what a killed sibling left)."""
     max_server_starts: int | None = Field(default=None, ge=1)
     """MCP server starts (process + handshake) this node runs at once; more wait, heartbeating, and
     their handshake timeout runs from admission (gymflow.workers.admission). None: one per core."""

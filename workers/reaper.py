@@ -15,7 +15,9 @@ none does. A workflow the server no longer knows (retention expired) counts as c
 that cannot be reached counts as nothing (the next round asks again).
 
 Each round also reaps the servers and workspaces of dead workers on this host
-(gymflow.envs.mcp.ledger.reap_orphans), which otherwise happens only when a worker starts.
+(gymflow.envs.mcp.ledger.reap_orphans), which otherwise happens only when a worker starts, and the
+containers they left (gymflow.envs.runtime.node.NodeRuntimes.reap: their owner's lock is free) or
+this worker leaked; that one runs at once too, so a restarted worker clears a killed one's containers.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from gymflow.activities.env import EnvActivities
 from gymflow.envs.mcp.ledger import reap_orphans
+from gymflow.envs.runtime.node import NodeRuntimes
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +80,16 @@ async def reap_closed(client: Client, env: EnvActivities) -> list[str]:
     return freed
 
 
-async def run_reaper(client: Client, env: EnvActivities, *, workspace_root: Path, interval_s: float) -> None:
+async def run_reaper(
+    client: Client,
+    env: EnvActivities,
+    *,
+    workspace_root: Path,
+    interval_s: float,
+    runtimes: NodeRuntimes | None = None,
+) -> None:
     """Reap closed rollouts (and dead workers' orphans) every `interval_s` until cancelled."""
+    await _reap_containers(runtimes)
     while True:
         await asyncio.sleep(interval_s)
         try:
@@ -86,3 +97,16 @@ async def run_reaper(client: Client, env: EnvActivities, *, workspace_root: Path
             await asyncio.to_thread(reap_orphans, workspace_root)
         except Exception:  # the reaper must outlive any one bad round
             log.warning("reaper round failed", exc_info=True)
+        await _reap_containers(runtimes)
+
+
+async def _reap_containers(runtimes: NodeRuntimes | None) -> None:
+    if runtimes is None:
+        return
+    try:
+        removed = await runtimes.reap()
+    except Exception:  # an engine hiccup: the next round asks again
+        log.warning("reaper: container round failed", exc_info=True)
+        return
+    if removed:
+        log.warning("reaper: removed orphaned containers", extra={"containers": removed})

@@ -35,6 +35,7 @@ from gymflow.activities.training import TrainingActivities
 from gymflow.activities.turn import TurnActivities
 from gymflow.envs.errors import UserError
 from gymflow.envs.mcp.ledger import reap_orphans
+from gymflow.envs.runtime.node import NodeRuntimes
 from gymflow.workers.admission import Admission
 from gymflow.workers.config import Settings
 from gymflow.workers.dedup import DedupInterceptor
@@ -140,6 +141,7 @@ async def running_worker(
     # One admission control per node, shared by every env and the dataset loader (gymflow.workers.admission).
     admission = Admission(settings.capacity(), nice=settings.env_nice)
     log.info("node %s admission: %s", settings.node_id, admission.capacity)
+    runtimes = node_runtimes(settings)
     env_activities = EnvActivities(
         node_id=settings.node_id,
         node_queue=queue,
@@ -148,6 +150,7 @@ async def running_worker(
         common_env_kwargs={
             "pool_size": settings.mcp_pool_size,
             "default_workspace_quota_mb": settings.workspace_quota_mb,
+            "runtimes": runtimes,
         },
         payload_limit_bytes=payload_limit,
         admission=admission,
@@ -234,7 +237,11 @@ async def running_worker(
     with structlog.contextvars.bound_contextvars(node=settings.node_id):
         reaper = asyncio.create_task(
             run_reaper(
-                client, env_activities, workspace_root=settings.workspace_root, interval_s=settings.reap_interval_s
+                client,
+                env_activities,
+                workspace_root=settings.workspace_root,
+                interval_s=settings.reap_interval_s,
+                runtimes=runtimes,
             )
         )
         try:
@@ -246,9 +253,16 @@ async def running_worker(
             with contextlib.suppress(asyncio.CancelledError):
                 await reaper
             await env_activities.shutdown()
+            await runtimes.close()
             await model_activities.aclose()
             await judge_activities.aclose()
             await datasets.aclose()
+
+
+def node_runtimes(settings: Settings) -> NodeRuntimes:
+    """The node's runtimes (gymflow.envs.runtime.node): its container runtime is made only when an env
+    first runs a server or task in a container, and closed when the worker stops."""
+    return NodeRuntimes(node_id=settings.node_id, state_root=settings.runtime_state_dir)
 
 
 class WorkerStartError(UserError, RuntimeError):

@@ -243,6 +243,8 @@ class RolloutWorkflow:
     async def _agent_loop(self) -> TerminationReason:
         limits = self._input.limits
         while self._turns < limits.max_turns:
+            if self._env_steps().time_up():  # the task's agent timeout: the reward still runs
+                return TerminationReason.TIME_BUDGET
             self._check_context_budget()
             turn = await self._play_turn() if self._fused else None
             result = turn.generated if turn else await self._generate()

@@ -120,6 +120,11 @@ class Sandbox(ABC):
 
     rollout_id: str
     node_id: str
+    name: str = ""
+    """Its name on its engine (a container's name), for tools on the worker that act on it."""
+    shares_host_root: bool = False
+    """Whether the sandbox sees the host's own system files (bwrap: read-only), so host paths of
+    programs (the worker's interpreter) run inside it."""
     workspace: Path
     """The workspace on the host."""
     workspace_mount: str

@@ -29,7 +29,7 @@ from gymflow.envs.runtime.base import (
     drain,
     feed_stdin,
 )
-from gymflow.envs.runtime.engine import Engine, kill_session
+from gymflow.envs.runtime.engine import Engine, client_dir, kill_session
 
 MARK = b"\x1egymflow-pid:"
 PID_WRAPPER = 'printf \'\\036gymflow-pid:%s\\n\' "$$" >&2; exec "$@"'
@@ -138,6 +138,7 @@ class ContainerExec:
         started = time.monotonic()
         process = await asyncio.create_subprocess_exec(
             *full,
+            cwd=client_dir(),
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

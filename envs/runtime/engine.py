@@ -28,8 +28,10 @@ import os
 import resource
 import shutil
 import signal
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from gymflow.envs.errors import UserError
@@ -39,8 +41,13 @@ ENGINE_ENV = "GYMFLOW_CONTAINER_ENGINE"
 """Names the engine binary (a name on the PATH or a path)."""
 OCI_RUNTIME_ENV = "GYMFLOW_OCI_RUNTIME"
 """Names podman's OCI runtime (`runc`, `crun`; empty for podman's default)."""
-INSTALL_HINT = "apt-get install podman runc"
+INSTALL_HINT = "apt-get install podman runc mmdebstrap e2fsprogs"
 """What installs an engine on a Debian node."""
+
+CLIENT_DIR = Path(tempfile.gettempdir()) / "gymflow-engine"
+"""Working directory of every engine client process. Podman's conmon writes a file named `oom` into
+the working directory of an `exec` whose process the kernel killed for memory: run anywhere else, a
+test run or a worker would leave it in the user's current directory."""
 
 LABEL_MARKER = "gymflow"
 """Set to "1" on every container and image gymflow creates."""
@@ -127,6 +134,7 @@ class Engine:
         process = await asyncio.create_subprocess_exec(
             self.binary,
             *args,
+            cwd=client_dir(),
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -207,6 +215,12 @@ class Engine:
         if names:
             grace = ["-t", "0"] if self.kind == "podman" else []
             await self.run(["rm", "-f", *grace, *names], timeout_s=60, check=False)
+
+
+def client_dir() -> Path:
+    """`CLIENT_DIR`, created on first use."""
+    CLIENT_DIR.mkdir(parents=True, exist_ok=True)
+    return CLIENT_DIR
 
 
 def kill_session(process: asyncio.subprocess.Process) -> None:

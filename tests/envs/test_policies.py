@@ -25,6 +25,7 @@ KNOWN_GOOD = {  # the class each built-in env's `reference` (and default) must b
     "search": "RetrievePolicy",
     "crm": "ReferencePolicy",
     "units": "ConvertPolicy",
+    "harbor": "OraclePolicy",
 }
 
 

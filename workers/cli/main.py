@@ -231,9 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("env", help="env name")
     p.add_argument("--policy", default="default", help="an OpenAI-compatible URL (…/v1) or a baseline policy name")
     p.add_argument("--baseline", help="a second policy to compare against (URL or baseline name)")
-    p.add_argument("--n", type=int, default=32, help="number of tasks")
+    p.add_argument("--n", type=int, help="number of tasks (default 32; harbor: every task of --dataset)")
     p.add_argument("--samples", type=int, default=1, help="samples per task (for pass@k)")
-    p.add_argument("--dataset", default="generated", help="`generated`, a dataset path or URI (search: a dataset URI)")
+    p.add_argument(
+        "--dataset",
+        default="generated",
+        help="`generated`, a dataset path or URI (search: a dataset URI; harbor: a directory of task directories)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="", help="model name sent to the endpoint")
     p.add_argument("--tool-format", choices=["native", "hermes"], default="native")
