@@ -126,7 +126,10 @@ class HarnessRun:
         """Run the program (again after each recovery) until it exits or a budget stops it."""
         info = handle.harness
         assert info is not None
-        self._info = info
+        # The task's own agent timeout (a Harbor task's, counted from the first init) wins over the harness's.
+        deadline = self._env.deadline
+        wall = (deadline - workflow.now()).total_seconds() if deadline is not None else info.timeout_s
+        self._info = info = info.model_copy(update={"timeout_s": max(wall, 1.0)})
         running = asyncio.ensure_future(self._env.on_node(self._run_program))
         try:
             await workflow.wait_condition(

@@ -192,7 +192,10 @@ class McpEnv(BaseEnv):
         """An env from a YAML/JSON env file (see gymflow.envs.mcp.envfile); raises ValueError naming a bad key."""
         from gymflow.envs.mcp.envfile import env_class_from_file
 
-        return env_class_from_file(Path(path))(**kwargs)
+        env = env_class_from_file(Path(path))(**kwargs)
+        if not isinstance(env, McpEnv):
+            raise TypeError(f"{path} describes an env played on another base (its 'base' key), not an McpEnv")
+        return env
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def init_rollout(self, rollout_id: str, **rollout_args: Any) -> None:

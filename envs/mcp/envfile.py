@@ -52,12 +52,12 @@ import functools
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from gymflow.envs.contract import Task, Wire
+from gymflow.envs.contract import BaseEnv, Task, Wire
 from gymflow.envs.harness.env import Harness, HarnessEnv
 from gymflow.envs.mcp.config import BUILTIN_PARSERS, WORKSPACE, parse_servers
 from gymflow.envs.mcp.env import McpEnv
@@ -81,6 +81,10 @@ class EnvFile(Wire):
     """Server configs, `mcpServers` format plus gymflow's per-server policy (gymflow.envs.mcp.config)."""
     harness: Harness | None = None
     """An agent program that plays every rollout (gymflow.envs.harness); then `mcpServers` may be empty."""
+    base: Literal["harbor"] | None = None
+    """With `harness`: the env the program plays instead of the file's own workspace. ``harbor``: each
+    rollout is a Harbor task's container (the `dataset` is a directory of tasks) and the task's verifier
+    is the reward (gymflow.envs.harness.harbor)."""
     description: str = ""
     """One line about the env, for `gymflow envs`."""
     system_prompt: str = ""
@@ -130,6 +134,11 @@ class EnvFile(Wire):
     def _servers_or_harness(self) -> EnvFile:
         if not self.mcp_servers and self.harness is None:
             raise ValueError("an env file needs 'mcpServers' (tools for the model) or 'harness' (an agent program)")
+        if self.base is not None and self.harness is None:
+            raise ValueError("'base' names the env a harness program plays: it needs 'harness'")
+        if self.base is not None and (self.reward is not None or self.mcp_servers or self.workspace is not None):
+            raise ValueError(f"with 'base: {self.base}' the task's verifier is the reward and its container the "
+                             "workspace: leave out 'reward', 'mcpServers' and 'workspace'")  # fmt: skip
         return self
 
     @field_validator("fused_turns")
@@ -195,7 +204,7 @@ def load_env_file(path: Path) -> EnvFile:
     return config
 
 
-def env_class_from_file(path: Path) -> type[FileEnv]:
+def env_class_from_file(path: Path) -> type[BaseEnv]:
     """The env class an env file describes; its `name` is the path as given."""
     resolved = path.expanduser().resolve()
     try:
@@ -206,11 +215,13 @@ def env_class_from_file(path: Path) -> type[FileEnv]:
 
 
 @functools.lru_cache(maxsize=64)
-def _build(name: str, path: Path, mtime_ns: int, size: int) -> type[FileEnv]:
+def _build(name: str, path: Path, mtime_ns: int, size: int) -> type[BaseEnv]:
     # Keyed by mtime and size too: an edited file is re-read, an unchanged one is built once.
     del mtime_ns, size
     config = load_env_file(path)
     base = path.parent
+    if config.harness is not None and config.base == "harbor":
+        return _harbor_harness(name, path, config)
     try:
         reward_fns = _reward_fns(config.reward, base)
         seed = _absolute_seed(config.workspace, base)
@@ -241,6 +252,28 @@ def _build(name: str, path: Path, mtime_ns: int, size: int) -> type[FileEnv]:
         attrs["replayable"] = True  # the restarted program rebuilds the state (gymflow.envs.harness)
         return type(f"HarnessFileEnv_{path.stem}", (HarnessFileEnv,), attrs)
     return type(f"FileEnv_{path.stem}", (FileEnv,), attrs)
+
+
+def _harbor_harness(name: str, path: Path, config: EnvFile) -> type[BaseEnv]:
+    """The class of an env file whose harness plays Harbor tasks (gymflow.envs.harness.harbor)."""
+    from gymflow.envs.harness.harbor import HarborHarnessEnv  # the container runtime: loaded only for these
+
+    assert config.harness is not None
+    base = path.parent
+    try:
+        policies = _policies(config.policies, base)
+    except ValueError as exc:
+        raise EnvFileError(f"{path}: {exc}") from None
+    attrs: dict[str, Any] = {
+        "name": name,
+        "__doc__": config.description or f"Harbor tasks played by {config.harness.command!r} (env file {name}).",
+        "harness": _absolute_harness(config.harness, base),
+        "dataset_path": (base / config.dataset).resolve() if config.dataset else None,
+        "__module__": __name__,
+        **({"policies": policies} if policies else {}),
+        **({"system_prompt": config.system_prompt} if config.system_prompt else {}),
+    }
+    return type(f"HarborHarnessFileEnv_{path.stem}", (HarborHarnessEnv,), attrs)
 
 
 def _absolute_harness(harness: Harness, base: Path) -> Harness:

@@ -9,17 +9,23 @@ from pathlib import Path
 
 import pytest
 import third_party_agents
+from container_support import base_image, leftovers
 from harness_support import BashFilePolicy, file_task
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.envs.builtin.harbor.task import load_dataset
 from gymflow.envs.contract import TerminationReason
+from gymflow.envs.harness.harbor import SolutionPolicy
+from gymflow.envs.registry import env_class
+from gymflow.envs.runtime.engine import Engine
 from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
 from gymflow.workflows.schema import RolloutInput
 
 LOCAL = Path(__file__).parent / "mini_swe_agent_local.yaml"
+__all__ = ["base_image"]  # the fixture (tests/container_support.py): a real podman and the base image
 
 
 def mini_or_skip() -> None:
@@ -63,3 +69,43 @@ async def test_mini_swe_agent_writes_files_in_its_workspace(client: Client, work
             calls = await model_calls(client, workflow_id)
             assert [c.split(" (")[0] for c in calls] == ["model call 1", "model call 2", "model call 3"], calls
         assert len(upstream.requests) == 6 and len(set(upstream.requests)) == 6
+
+
+HARBOR = Path(__file__).parent / "mini_swe_agent_harbor.yaml"
+HARBOR_TASKS = Path(__file__).parents[1] / "harbor" / "tasks"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+async def test_mini_swe_agent_solves_harbor_tasks_in_their_containers(
+    client: Client, worker: RunningWorker, base_image: str
+) -> None:
+    """Every solvable test task: mini-swe-agent runs the scripted model's commands in the task's container
+    through the engine shim, and the task's verifier gives 1.0."""
+    del base_image
+    mini_or_skip()
+    env = env_class(str(HARBOR))
+    rows = [row for row in env.load_dataset("default") if row.metadata.get("expect") == "solvable"]
+    assert len(rows) >= 5
+    policy = SolutionPolicy(load_dataset(HARBOR_TASKS))
+    async with PolicyServer(policy, record_requests=True) as upstream:
+        ids = {row.id: f"mini-harbor-{row.id}-{uuid.uuid4().hex[:6]}" for row in rows}
+        results = await asyncio.gather(
+            *(
+                run_rollout(
+                    client,
+                    RolloutInput(env=str(HARBOR), task=row, model=ModelConfig(base_url=upstream.url, tokens="vllm")),
+                    task_queue=worker.task_queue,
+                    workflow_id=ids[row.id],
+                )
+                for row in rows
+            )
+        )
+        for row, result in zip(rows, results, strict=True):
+            assert result.termination is TerminationReason.AGENT_EXIT, (row.id, result.error, result.program)
+            assert result.reward is not None and result.reward.total == 1.0, (row.id, result.reward, result.program)
+            assert result.turns == 2 and len(result.tokens) == 2, row.id  # the solution, then the finish command
+            calls = await model_calls(client, ids[row.id])
+            assert [c.split(" (")[0] for c in calls] == ["model call 1", "model call 2"], calls
+        assert len(upstream.requests) == 2 * len(rows) == len(set(upstream.requests))
+    assert await leftovers(Engine.detect("podman"), worker.settings.node_id) == []
