@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import third_party_agents
 import yaml
+from temporalio.client import Client
 
 from gymflow.envs.contract import Message, Task, ToolCall, ToolSpec
 from gymflow.envs.policy import Policy
@@ -116,3 +117,15 @@ class BashFilePolicy(Policy):
         command = SUBMIT if done >= len(lines) else f"printf '%s' '{lines[done]['content']}' > {lines[done]['path']}"
         call = ToolCall(id=f"call_{done}", name="bash", arguments={"command": command})
         return Message(role="assistant", content=f"Step {done + 1}.", tool_calls=[call])
+
+
+async def replays(client: Client, workflow_id: str) -> None:
+    """Replay a finished rollout's history against today's workflow code (update handlers included)."""
+    from temporalio.worker import Replayer
+
+    from gymflow.workers.sdk.client import DATA_CONVERTER
+    from gymflow.workers.worker import WORKFLOW_RUNNER, WORKFLOWS
+
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=WORKFLOW_RUNNER)
+    await replayer.replay_workflow(history)

@@ -13,7 +13,16 @@ from pathlib import Path
 
 import pytest
 from chaos_support import fleet, fleet_spec
-from harness_support import AGENTS, FileTaskPolicy, agent_python, file_task, harness_env_file, processes_with, wait_for
+from harness_support import (
+    AGENTS,
+    FileTaskPolicy,
+    agent_python,
+    file_task,
+    harness_env_file,
+    processes_with,
+    replays,
+    wait_for,
+)
 from mcp_support import node_ids, wait_polling
 from temporalio.client import Client
 
@@ -76,3 +85,4 @@ async def test_program_survives_kill_9_of_its_worker(client: Client, temporal_ad
     assert result.turns == FILES + 1
     assert len(upstream.requests) == FILES + 1  # each request answered once: none twice
     assert len(set(upstream.requests)) == len(upstream.requests)
+    await replays(client, handle.id)  # recovery, restart and the replayed calls replay deterministically

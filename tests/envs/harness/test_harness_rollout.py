@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from harness_support import AGENTS, FileTaskPolicy, agent_python, file_task, harness_env_file
+from harness_support import AGENTS, FileTaskPolicy, agent_python, file_task, harness_env_file, replays
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
@@ -97,3 +97,4 @@ async def test_a_program_that_rewrites_its_history_gets_token_segments(
     assert "model call 1 (chat: 2 messages, 1 tools)" in shown and "model call 2 (chat: 4 messages, 1 tools)" in shown
     assert "calls write_file(" in shown and "says 'done: rewrite-0-0.txt'" in shown
     assert "exit 0 after" in shown and "answer: done" in shown
+    await replays(client, workflow_id)  # the history, updates and all, replays deterministically
