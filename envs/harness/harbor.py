@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -49,6 +49,9 @@ class HarborHarnessEnv(ProgramHost, HarborEnv):
 
     dataset_path: ClassVar[Path | None] = None
     """The env file's `dataset`: the directory of tasks `default` names."""
+    policies: ClassVar[Mapping[str, Any]] = {}
+    """None of Harbor's own: its oracle speaks the terminal toolset, not the program's tools. An env file
+    may name policies for its program (`policies:`)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
