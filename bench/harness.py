@@ -14,9 +14,12 @@ conversation and times each one itself. Variants, alternated `--repeats` times:
 * ``harness-local``: the same with `ModelConfig.local_activity` (the turn runs as a local activity
   of the update's workflow task: one server round trip fewer).
 
-The figure per variant is the median and p90 of the per-call latency the program measured; the
-overhead is a harness variant's median minus direct's. The load average around the run is recorded:
-the box's cores are shared with the Temporal server, this process and anything else running.
+The figures per variant: the median and p90 of the per-call latency the program measured (the
+overhead is a harness variant's median minus direct's), and the CPU time per call of everything
+involved — this process (worker, gateway, policy endpoint), the Temporal dev server and the program —
+whose difference to direct's is the work the harness adds to each call. On a box whose cores are
+busy with other work, wall times stretch by the load while CPU per call barely moves, so both are
+given with the load average around the run.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -54,6 +58,29 @@ OUT = ROOT / "bench" / "out"
 PROGRAM = ROOT / "bench" / "agents" / "calls.py"
 PYTHON = ROOT / ".agents" / "clients" / "bin" / "python"
 VARIANTS = ("direct", "harness", "harness-local")
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process, its reaped children (the programs) and its live descendants (the dev server)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+    pending, seen = [os.getpid()], set()
+    while pending:
+        pid = pending.pop()
+        for task in Path(f"/proc/{pid}/task").glob("*/children"):
+            for child in task.read_text().split():
+                if int(child) not in seen:
+                    seen.add(int(child))
+                    pending.append(int(child))
+    for pid in seen:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def pct(values: list[float], q: float) -> float:
@@ -92,6 +119,7 @@ async def measure(calls: int, repeats: int, work: Path) -> dict[str, Any]:
     env_file = work / "calls.yaml"
     env_file.write_text(yaml.safe_dump({"harness": {"command": [str(PYTHON), str(PROGRAM), "{prompt}"]}}))
     samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    cpu: dict[str, float] = dict.fromkeys(VARIANTS, 0.0)
     loads = [os.getloadavg()[0]]
     server = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
@@ -104,10 +132,16 @@ async def measure(calls: int, repeats: int, work: Path) -> dict[str, Any]:
         settings = Settings(task_queue=queue, workspace_root=work / "ws", data_dir=work / "data", mcp_pool_size=0)
         async with PolicyServer(NullPolicy()) as policy, running_worker(server.client, settings):
             await harness(server.client, queue, env_file, policy.url, 3, local=False)  # warm the worker up
+            runs = {
+                "direct": lambda: direct(policy.url, calls),
+                "harness": lambda: harness(server.client, queue, env_file, policy.url, calls, local=False),
+                "harness-local": lambda: harness(server.client, queue, env_file, policy.url, calls, local=True),
+            }
             for _ in range(repeats):
-                samples["direct"] += await direct(policy.url, calls)
-                samples["harness"] += await harness(server.client, queue, env_file, policy.url, calls, local=False)
-                samples["harness-local"] += await harness(server.client, queue, env_file, policy.url, calls, local=True)
+                for variant, run in runs.items():
+                    before = cpu_seconds()
+                    samples[variant] += await run()
+                    cpu[variant] += cpu_seconds() - before
                 loads.append(os.getloadavg()[0])
     finally:
         await server.shutdown()
@@ -120,12 +154,16 @@ async def measure(calls: int, repeats: int, work: Path) -> dict[str, Any]:
         "variants": {},
     }
     base = statistics.median(samples["direct"])
+    base_cpu = cpu["direct"] / len(samples["direct"])
     for variant, values in samples.items():
+        per_call_cpu = cpu[variant] / len(values)
         report["variants"][variant] = {
             "calls": len(values),
             "median_ms": round(statistics.median(values), 3),
             "p90_ms": pct(values, 0.9),
             "overhead_median_ms": round(statistics.median(values) - base, 3),
+            "cpu_ms_per_call": round(per_call_cpu * 1000, 3),
+            "overhead_cpu_ms_per_call": round((per_call_cpu - base_cpu) * 1000, 3),
         }
     report["samples_ms"] = samples
     return report
@@ -142,7 +180,11 @@ def plot(report: dict[str, Any], path: Path) -> None:
     ax.boxplot(data, tick_labels=list(VARIANTS), showfliers=False)
     for index, variant in enumerate(VARIANTS, start=1):
         stats = report["variants"][variant]
-        label = f"{stats['median_ms']:.1f} ms" + (f"\n(+{stats['overhead_median_ms']:.1f})" if index > 1 else "")
+        label = f"{stats['median_ms']:.1f} ms" + (
+            f"\n+{stats['overhead_median_ms']:.1f} ms wall\n+{stats['overhead_cpu_ms_per_call']:.1f} ms CPU"
+            if index > 1
+            else ""
+        )
         ax.annotate(label, (index, stats["median_ms"]), textcoords="offset points", xytext=(22, 0), fontsize=8)
     ax.set_ylabel("latency per model call (ms)")
     load = report["load_average"]
