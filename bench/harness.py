@@ -60,12 +60,13 @@ PYTHON = ROOT / ".agents" / "clients" / "bin" / "python"
 VARIANTS = ("direct", "harness", "harness-local")
 
 
-def cpu_seconds() -> float:
-    """CPU time of this process, its reaped children (the programs) and its live descendants (the dev server)."""
+def cpu_seconds() -> dict[str, float]:
+    """CPU time of this process (worker, gateway, policy endpoint), of the programs (reaped children and
+    live ones) and of the dev server (a live descendant)."""
     tick = os.sysconf("SC_CLK_TCK")
     own = resource.getrusage(resource.RUSAGE_SELF)
     reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+    total = {"process": own.ru_utime + own.ru_stime, "programs": reaped.ru_utime + reaped.ru_stime, "server": 0.0}
     pending, seen = [os.getpid()], set()
     while pending:
         pid = pending.pop()
@@ -77,9 +78,10 @@ def cpu_seconds() -> float:
     for pid in seen:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / tick
+        total["server" if name.startswith("temporal") else "programs"] += (int(fields[11]) + int(fields[12])) / tick
     return total
 
 
@@ -119,7 +121,7 @@ async def measure(calls: int, repeats: int, work: Path) -> dict[str, Any]:
     env_file = work / "calls.yaml"
     env_file.write_text(yaml.safe_dump({"harness": {"command": [str(PYTHON), str(PROGRAM), "{prompt}"]}}))
     samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    cpu: dict[str, float] = dict.fromkeys(VARIANTS, 0.0)
+    cpu: dict[str, dict[str, float]] = {v: {"process": 0.0, "programs": 0.0, "server": 0.0} for v in VARIANTS}
     loads = [os.getloadavg()[0]]
     server = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
@@ -141,7 +143,8 @@ async def measure(calls: int, repeats: int, work: Path) -> dict[str, Any]:
                 for variant, run in runs.items():
                     before = cpu_seconds()
                     samples[variant] += await run()
-                    cpu[variant] += cpu_seconds() - before
+                    for part, seconds in cpu_seconds().items():
+                        cpu[variant][part] += seconds - before[part]
                 loads.append(os.getloadavg()[0])
     finally:
         await server.shutdown()
@@ -154,9 +157,9 @@ async def measure(calls: int, repeats: int, work: Path) -> dict[str, Any]:
         "variants": {},
     }
     base = statistics.median(samples["direct"])
-    base_cpu = cpu["direct"] / len(samples["direct"])
+    base_cpu = sum(cpu["direct"].values()) / len(samples["direct"])
     for variant, values in samples.items():
-        per_call_cpu = cpu[variant] / len(values)
+        per_call_cpu = sum(cpu[variant].values()) / len(values)
         report["variants"][variant] = {
             "calls": len(values),
             "median_ms": round(statistics.median(values), 3),
@@ -164,6 +167,7 @@ async def measure(calls: int, repeats: int, work: Path) -> dict[str, Any]:
             "overhead_median_ms": round(statistics.median(values) - base, 3),
             "cpu_ms_per_call": round(per_call_cpu * 1000, 3),
             "overhead_cpu_ms_per_call": round((per_call_cpu - base_cpu) * 1000, 3),
+            "cpu_ms_per_call_by_part": {k: round(v / len(values) * 1000, 3) for k, v in cpu[variant].items()},
         }
     report["samples_ms"] = samples
     return report

@@ -177,8 +177,10 @@ class Gateway(AppServer):
         return await self._serve(request, "messages", answer)
 
     async def _models(self, request: Request) -> Response:
-        token = self._token(request, "chat")
-        del token
+        try:
+            self._route(self._token(request, "chat"))
+        except GatewayError as exc:
+            return _error("chat", exc)
         entry = {"id": "gymflow-rollout", "object": "model", "created": 0, "owned_by": "gymflow"}
         return JSONResponse({"object": "list", "data": [entry]})
 
@@ -201,6 +203,9 @@ class Gateway(AppServer):
             return await answer(token, route, body)
         except GatewayError as exc:
             return _error(api, exc)
+        except Exception as exc:  # a bug here must still answer in the API's shape, not hang or speak HTML
+            log.exception("the gateway failed a request")
+            return _error(api, GatewayError(500, f"the gateway failed: {type(exc).__name__}: {exc}"))
 
     def _route(self, token: str) -> Target:
         route = self._routes.get(token)

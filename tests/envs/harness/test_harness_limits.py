@@ -94,6 +94,9 @@ async def test_tokens_and_routes_are_checked_in_each_apis_shape(worker: RunningW
             headers={"content-type": "application/json"},
         )
         assert garbage.status_code == 400 and garbage.json()["error"]["type"] == "invalid_request_error"
+        models = await http.get(f"{admitted.openai_base_url}/models")
+        assert models.status_code == 200 and models.json()["data"][0]["id"]
+        assert (await http.get(f"{base}/v1/models", headers={"authorization": "Bearer nope"})).status_code == 401
         nowhere = await http.post(f"{admitted.openai_base_url}/embeddings", json={})
         assert nowhere.status_code == 404 and "no route" in nowhere.json()["error"]["message"]
         over = await http.post(f"{admitted.openai_base_url}/chat/completions", json=chat)
