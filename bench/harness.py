@@ -2,17 +2,20 @@
 
     python -m bench.harness [--calls 50] [--repeats 3]
 
-Writes bench/out/harness.{json,png}. One run starts a dev server (as the tests do), the scripted
-policy endpoint (every answer "I don't know.": the model costs ~nothing) and a worker with its
-gateway, all in this process. The program (bench/agents/calls.py, the official openai client in its
-own venv, `python3 tests/third_party_agents.py clients`) makes `--calls` chat calls of a growing
-conversation and times each one itself. Variants, alternated `--repeats` times:
+Writes bench/out/harness.{json,png}. One run starts a dev server (tuned as `gymflow server` runs
+it), the scripted policy endpoint (every answer "I don't know.": the model costs ~nothing) and a
+worker with its gateway, all in this process. The program (bench/agents/calls.py, the official
+openai client in its own venv, `python3 tests/third_party_agents.py clients`) makes `--calls` chat
+calls of a growing conversation and times each one itself. Variants, alternated `--repeats` times:
 
 * ``direct``: the program's OPENAI_BASE_URL is the policy endpoint;
 * ``harness``: the program is a harness rollout's (gymflow.envs.harness); each call goes gateway ->
   `model_call` Update -> `model_call` activity -> the endpoint, and back;
 * ``harness-local``: the same with `ModelConfig.local_activity` (the turn runs as a local activity
-  of the update's workflow task: one server round trip fewer).
+  of the update's workflow task: one server round trip fewer);
+* ``update-only``: the floor of the mechanism: this process sends a bare workflow the same requests
+  as Updates (no gateway, no activity, no model), one at a time; its latency is what any
+  Update-based design pays per call on this box.
 
 The figures per variant: the median and p90 of the per-call latency the program measured (the
 overhead is a harness variant's median minus direct's), and the CPU time per call of everything
@@ -38,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from temporalio import workflow
+from temporalio.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -49,7 +54,7 @@ from gymflow.envs.policy import NullPolicy  # noqa: E402
 from gymflow.workers.config import Settings  # noqa: E402
 from gymflow.workers.sdk.client import DATA_CONVERTER, run_rollout  # noqa: E402
 from gymflow.workers.servers.policy import PolicyServer  # noqa: E402
-from gymflow.workers.servers.temporal import temporal_binary  # noqa: E402
+from gymflow.workers.servers.temporal import QUEUE_TUNING, temporal_binary  # noqa: E402
 from gymflow.workers.worker import running_worker  # noqa: E402
 from gymflow.workflows.names import SEARCH_ATTRIBUTES  # noqa: E402
 from gymflow.workflows.schema import RolloutInput, RolloutLimits  # noqa: E402
@@ -57,7 +62,39 @@ from gymflow.workflows.schema import RolloutInput, RolloutLimits  # noqa: E402
 OUT = ROOT / "bench" / "out"
 PROGRAM = ROOT / "bench" / "agents" / "calls.py"
 PYTHON = ROOT / ".agents" / "clients" / "bin" / "python"
-VARIANTS = ("direct", "harness", "harness-local")
+VARIANTS = ("direct", "harness", "harness-local", "update-only")
+FLOOR_QUEUE = "bench-update-floor"
+
+
+@workflow.defn(name="BenchUpdateFloor", sandboxed=False)
+class UpdateFloor:
+    """A workflow that answers Updates at once (the update-only variant)."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: self.done)
+
+    @workflow.update
+    async def call(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.done = bool(request.get("stop"))
+        return {"choices": [{"message": {"role": "assistant", "content": "ok"}}], "turn": len(request)}
+
+
+async def update_only(client: Any, calls: int) -> list[float]:
+    handle = await client.start_workflow(UpdateFloor.run, id=f"floor-{uuid.uuid4().hex[:8]}", task_queue=FLOOR_QUEUE)
+    messages: list[dict[str, str]] = [{"role": "system", "content": "Answer briefly."}]
+    latencies = []
+    for index in range(calls):
+        messages.append({"role": "user", "content": f"call {index}: say ok"})
+        started = time.perf_counter()
+        await handle.execute_update(UpdateFloor.call, {"model": "any", "messages": messages})
+        latencies.append((time.perf_counter() - started) * 1000)
+        messages.append({"role": "assistant", "content": "ok"})
+    await handle.execute_update(UpdateFloor.call, {"stop": True})
+    return latencies
 
 
 def cpu_seconds() -> dict[str, float]:
@@ -128,16 +165,19 @@ async def measure(calls: int, repeats: int, work: Path) -> dict[str, Any]:
         search_attributes=SEARCH_ATTRIBUTES,
         data_converter=DATA_CONVERTER,
         dev_server_log_level="error",
+        dev_server_extra_args=list(QUEUE_TUNING),  # as `gymflow server` runs it
     )
     try:
         queue = f"bench-harness-{uuid.uuid4().hex[:6]}"
         settings = Settings(task_queue=queue, workspace_root=work / "ws", data_dir=work / "data", mcp_pool_size=0)
-        async with PolicyServer(NullPolicy()) as policy, running_worker(server.client, settings):
+        floor = Worker(server.client, task_queue=FLOOR_QUEUE, workflows=[UpdateFloor])
+        async with PolicyServer(NullPolicy()) as policy, running_worker(server.client, settings), floor:
             await harness(server.client, queue, env_file, policy.url, 3, local=False)  # warm the worker up
             runs = {
                 "direct": lambda: direct(policy.url, calls),
                 "harness": lambda: harness(server.client, queue, env_file, policy.url, calls, local=False),
                 "harness-local": lambda: harness(server.client, queue, env_file, policy.url, calls, local=True),
+                "update-only": lambda: update_only(server.client, calls),
             }
             for _ in range(repeats):
                 for variant, run in runs.items():
@@ -179,7 +219,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = plt.subplots(figsize=(8, 3.8))
     data = [report["samples_ms"][v] for v in VARIANTS]
     ax.boxplot(data, tick_labels=list(VARIANTS), showfliers=False)
     for index, variant in enumerate(VARIANTS, start=1):
