@@ -226,7 +226,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
         stats = report["variants"][variant]
         label = f"{stats['median_ms']:.1f} ms" + (
             f"\n+{stats['overhead_median_ms']:.1f} ms wall\n+{stats['overhead_cpu_ms_per_call']:.1f} ms CPU"
-            if index > 1
+            if variant.startswith("harness")
             else ""
         )
         ax.annotate(label, (index, stats["median_ms"]), textcoords="offset points", xytext=(22, 0), fontsize=8)
