@@ -120,6 +120,10 @@ class HarnessActivities:
                 ended = await heartbeating(program.wait(), third_of_timeout(0.5, default_s=10.0))
             except asyncio.CancelledError:
                 await asyncio.shield(env.stop_program(input.state_key))
+                if activity.is_worker_shutdown():  # not the rollout's cancellation: it goes on elsewhere
+                    raise errors.non_retryable(
+                        f"the worker running the program (node {info.task_queue}) shut down", type=errors.ENV_ERROR
+                    ) from None
                 raise
         finally:
             self._gateway.revoke(admission.token)

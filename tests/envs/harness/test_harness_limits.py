@@ -4,6 +4,7 @@ the program (and kill it), a program that cannot start is an infra failure, neve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import uuid
@@ -25,10 +26,11 @@ from temporalio.client import Client, WorkflowFailureError
 
 from gymflow.activities.model import ModelConfig
 from gymflow.envs.contract import TerminationReason
-from gymflow.workers.sdk.client import run_rollout, start_rollout
+from gymflow.workers.sdk.client import DATA_CONVERTER, run_rollout, start_rollout
 from gymflow.workers.servers.policy import PolicyServer
-from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.schema import RolloutInput, RolloutLimits
+from gymflow.workers.worker import RunningWorker, running_worker
+from gymflow.workflows.schema import RetrySettings, RolloutInput, RolloutLimits
+from support import make_settings
 
 SLEEPER = [sys.executable, "-c", "import sys, time; time.sleep(600)"]
 
@@ -150,3 +152,26 @@ async def test_a_program_that_cannot_start_is_an_infra_failure(
     result = await run_rollout(client, rollout(env, upstream), task_queue=worker.task_queue)
     assert result.infra_failed and result.termination is TerminationReason.ENV_ERROR
     assert result.reward is None and "no-such-agent-program" in (result.error or "")
+
+
+async def test_a_worker_shutting_down_under_a_program_moves_the_rollout(
+    client: Client, temporal_address: str, upstream: PolicyServer, tmp_path: Path
+) -> None:
+    """A graceful stop of the worker running the program (a rolling restart) kills the program; the rollout
+    recovers on another worker and starts the program again there, which finishes it."""
+    marker = f"napper-{uuid.uuid4().hex}"
+    env = harness_env_file(tmp_path, [sys.executable, "-c", "import time; time.sleep(2)", marker])
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    other = await Client.connect(temporal_address, data_converter=DATA_CONVERTER)  # one worker set per client
+    async with contextlib.AsyncExitStack() as staying:
+        async with running_worker(client, make_settings(tmp_path / "a", task_queue=queue)):
+            # The stale release on the stopped node's queue waits node_timeout_s for a worker (none comes back here).
+            moving = rollout(env, upstream).model_copy(update={"retry": RetrySettings(node_timeout_s=3)})
+            handle = await start_rollout(client, moving, task_queue=queue)
+            await wait_for(lambda: bool(processes_with(marker)), what="the program to start")
+            await staying.enter_async_context(running_worker(other, make_settings(tmp_path / "b", task_queue=queue)))
+        assert not processes_with(marker)  # killed with its worker's shutdown
+        result = await handle.result()
+    assert result.termination is TerminationReason.AGENT_EXIT and not result.infra_failed, result
+    assert result.recoveries == 1 and result.program is not None and result.program.starts == 2
+    assert result.program.exit_code == 0
