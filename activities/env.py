@@ -35,22 +35,20 @@ from gymflow.activities.context_cache import ContextCache
 from gymflow.activities.heartbeat import heartbeating, third_of_timeout
 from gymflow.envs.contract import (
     BaseEnv,
-    InfraError,
     Message,
     Reward,
-    RolloutNotFound,
     Task,
     TerminationReason,
     ToolCall,
-    ToolError,
     ToolResult,
     ToolSpec,
     Trajectory,
     Wire,
     json_bytes,
 )
+from gymflow.envs.errors import EnvFileError, InfraError, RolloutNotFound, ToolError, UnknownEnvError
 from gymflow.envs.harness.env import HarnessInfo, ProgramEnv
-from gymflow.envs.registry import EnvFileError, UnknownEnvError, env_class, storage_name
+from gymflow.envs.registry import env_class, storage_name
 from gymflow.envs.rewards.rubric import Rubric
 from gymflow.workers.admission import Admission, Step
 

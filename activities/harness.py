@@ -23,7 +23,8 @@ from temporalio import activity
 from gymflow.activities import errors
 from gymflow.activities.env import EnvActivities, log_context
 from gymflow.activities.heartbeat import heartbeating, third_of_timeout
-from gymflow.envs.contract import RolloutNotFound, Wire
+from gymflow.envs.contract import Wire
+from gymflow.envs.errors import RolloutNotFound
 from gymflow.envs.harness.env import ProgramEnv, gateway_variables
 from gymflow.envs.harness.program import ProgramError
 

@@ -10,8 +10,8 @@ Both sides play the task's oracle on the same image, one rollout at a time:
 * plain: `podman run -d` (runc, no network), `podman exec` to write solve.sh, run it, `podman cp`
   the tests in, run test.sh, read the reward file, `podman rm -f`.
 
-Writes bench/results/harbor.json and harbor.png (per-rollout wall time of each side). Needs podman
-and the base image (bootstrapped from Debian's packages on first use).
+Writes bench/out/harbor.json and harbor.png (per-rollout wall time of each side; a run's copies are in
+bench/results/). Needs podman and the base image (bootstrapped from Debian's packages on first use).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shutil
 import statistics
 import tempfile
 import time
@@ -37,12 +36,14 @@ from gymflow.envs.runtime.images import build_image
 from gymflow.workers.config import Settings
 from gymflow.workers.sdk.client import data_converter, run_rollout
 from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workers.servers.temporal import temporal_binary
 from gymflow.workers.worker import running_worker
+from gymflow.workflows.names import SEARCH_ATTRIBUTES
 from gymflow.workflows.schema import RolloutInput
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "tests" / "envs" / "harbor" / "tasks"
-OUT = ROOT / "bench" / "results"
+OUT = ROOT / "bench" / "out"
 STATE_ROOT = Path("/var/tmp/gymflow-bench-runtime")
 
 
@@ -58,7 +59,10 @@ def summary(values: list[float]) -> dict[str, float]:
 async def gymflow_side(task_dir: Path, samples: int, tmp: Path) -> list[float]:
     [task] = HarborEnv.load_dataset(str(task_dir))
     env = WorkflowEnvironment.start_local(
-        dev_server_existing_path=shutil.which("temporal"), data_converter=data_converter(Settings())
+        dev_server_existing_path=temporal_binary(),
+        data_converter=data_converter(Settings()),
+        search_attributes=SEARCH_ATTRIBUTES,
+        dev_server_log_level="error",
     )
     times = []
     async with await env as server, PolicyServer(OraclePolicy()) as policy:
@@ -93,7 +97,8 @@ async def plain_side(task_dir: Path, samples: int) -> list[float]:
     for _ in range(samples):
         name = f"bench-plain-{uuid.uuid4().hex[:8]}"
         started = time.monotonic()
-        await engine.run(["run", "-d", "--name", name, *engine.run_flags(), "--network", "none", image, "sleep", "inf"])
+        flags = [*engine.run_flags(), "--ulimit", "nproc=512:512", "--network", "none"]  # as gymflow's: see limit_flags
+        await engine.run(["run", "-d", "--name", name, *flags, image, "sleep", "inf"])
         try:
             await engine.run(["exec", "-i", name, "sh", "-c", "mkdir -p /solution && cat > /solution/solve.sh"],
                              stdin=solve)  # fmt: skip

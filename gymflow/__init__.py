@@ -36,6 +36,8 @@ _EXPORTS: dict[str, str] = {
     "register": "gymflow.envs.registry",
     "env_class": "gymflow.envs.registry",
     "UserError": "gymflow.envs.errors",
+    "ToolError": "gymflow.envs.errors",
+    "InfraError": "gymflow.envs.errors",
     # rollouts: inputs, results and the client
     "ModelConfig": "gymflow.activities.model",
     "RolloutInput": "gymflow.workflows.schema",
@@ -70,6 +72,7 @@ __all__ = [
     "GroupResult",
     "Harness",
     "HarnessEnv",
+    "InfraError",
     "McpEnv",
     "Message",
     "ModelConfig",
@@ -85,6 +88,7 @@ __all__ = [
     "Task",
     "TerminationReason",
     "ToolCall",
+    "ToolError",
     "ToolResult",
     "ToolSpec",
     "Trajectory",
@@ -131,7 +135,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         ToolSpec,
         Trajectory,
     )
-    from gymflow.envs.errors import UserError
+    from gymflow.envs.errors import InfraError, ToolError, UserError
     from gymflow.envs.harness.env import Harness, HarnessEnv
     from gymflow.envs.mcp.env import McpEnv
     from gymflow.envs.policy import Policy

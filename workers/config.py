@@ -16,11 +16,16 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import quote
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gymflow.workers.admission import Capacity, usable_cpus
 from gymflow.workflows.names import TASK_QUEUE, command_queue
+
+WorkerRole = Literal["rollout", "judge", "dataset", "training"]
+"""What a worker can serve (gymflow.workers.roles): rollouts (workflows, model turns, env activities
+on its node queue), the LLM judge, dataset generation, training runs."""
+ROLES: tuple[WorkerRole, ...] = ("rollout", "judge", "dataset", "training")
 
 SERVER_RECORD = "server.json"
 """Written in the data dir by `gymflow server` (and the demo): the frontend and Web UI ports it serves,
@@ -47,6 +52,11 @@ class Settings(BaseSettings):
     runs a worker in its own process (`rollout`, `demo`, `eval`, `dataset generate`, `train launch
     --wait`) uses a queue of its own derived from it (`command_queue`); with `--no-worker` it
     starts its workflows here, for the `gymflow worker` fleet."""
+    worker_roles: Annotated[tuple[WorkerRole, ...], NoDecode] = ROLES
+    """The roles `gymflow worker` serves, comma-separated (`rollout,judge`); default all of them. Each
+    role polls queues of its own (gymflow.workers.roles), so a fleet can give nodes different roles:
+    every role must be served by some worker of the deployment for its work to run. A CLI command's
+    in-process worker serves the roles its command needs, whatever this says."""
     node_id: str = Field(default_factory=_default_node_id)
     """This worker's node id; its private queue is `<task_queue>@<node_id>`."""
     data_dir: Path = Path(".gymflow")
@@ -119,6 +129,11 @@ class Settings(BaseSettings):
     beyond the slots wait on the server, where they cost nothing. A workflow task stays open while
     a local-activity model turn (`ModelConfig.local_activity`) runs, so this also bounds how many
     of this worker's rollouts can be generating that way at once: raise it for local turns."""
+    workflow_runner: Literal["fast", "stock"] = "fast"
+    """How workflow code runs in the sandbox: `fast`, gymflow's runner (the SDK's sandbox without its
+    per-payload entries into it), or `stock`, the SDK's own `SandboxedWorkflowRunner`. Both apply the
+    same restrictions; `fast` falls back to `stock` by itself, with a warning, on an SDK whose
+    internals it does not know (gymflow.workers.sandbox_runner)."""
     workflow_threads: int | None = None
     """Threads that run workflow activations (None: one per workflow task slot, the SDK default)."""
     max_cached_workflows: int = 1000
@@ -146,6 +161,17 @@ class Settings(BaseSettings):
     codec_auth: SecretStr | None = None
     """If set, the codec server requires this exact `Authorization` header value
     (`temporal ... --codec-auth VALUE`)."""
+
+    @field_validator("worker_roles", mode="before")
+    @classmethod
+    def _split_roles(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list | tuple):
+            if not value:
+                raise ValueError(f"name at least one role of {', '.join(ROLES)}")
+            return tuple(dict.fromkeys(value))  # once each, in the order given
+        return value
 
     def command_queue(self, command: str, key: str | None = None) -> Settings:
         """These settings with a task queue of one CLI command's own (gymflow.workflows.names.command_queue).

@@ -24,6 +24,8 @@ import numpy as np
 import scipy.stats
 from numpy.typing import ArrayLike, NDArray
 
+from gymflow.envs.errors import StatsError
+
 Array = NDArray[np.float64]
 Groups = list[Array]
 """Per-task 1-D arrays of run scores (a matrix's rows, or ragged)."""
@@ -32,10 +34,6 @@ Scores = ArrayLike | Sequence[ArrayLike]
 Aggregate = Literal["iqm", "mean"]
 
 _CHUNK_ELEMENTS = 1 << 22  # resampled values held at once (~32 MB of float64)
-
-
-class StatsError(ValueError):
-    """The input cannot be summarised as asked (empty, non-finite, ragged, k > n, ...)."""
 
 
 @dataclass(frozen=True)

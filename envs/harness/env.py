@@ -40,7 +40,8 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import Field, ValidationError
 
-from gymflow.envs.contract import RolloutNotFound, Wire
+from gymflow.envs.contract import Wire
+from gymflow.envs.errors import RolloutNotFound
 from gymflow.envs.harness.program import Program
 from gymflow.envs.mcp.env import McpEnv
 from gymflow.envs.mcp.ledger import LEDGER_DIR, Ledger

@@ -34,7 +34,8 @@ from typing import Any, ClassVar
 
 from gymflow.envs.builtin.harbor.env import HarborEnv
 from gymflow.envs.builtin.harbor.task import SOLUTION_SCRIPT, HarborTask
-from gymflow.envs.contract import InfraError, Message, Task, ToolCall, ToolSpec
+from gymflow.envs.contract import Message, Task, ToolCall, ToolSpec
+from gymflow.envs.errors import InfraError
 from gymflow.envs.harness import shim
 from gymflow.envs.harness.env import ProgramHost
 from gymflow.envs.policy import Policy

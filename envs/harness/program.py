@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gymflow.envs.contract import InfraError
+from gymflow.envs.errors import InfraError
 from gymflow.envs.runtime.base import CappedOutput, StdioCommand, drain
 
 PDEATHSIG = ("setpriv", "--pdeathsig", "KILL", "--")

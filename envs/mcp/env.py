@@ -32,16 +32,8 @@ from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
-from gymflow.envs.contract import (
-    BaseEnv,
-    InfraError,
-    Message,
-    Reward,
-    RolloutNotFound,
-    ToolResult,
-    ToolSpec,
-    Unavailable,
-)
+from gymflow.envs.contract import BaseEnv, Message, Reward, ToolResult, ToolSpec, Unavailable
+from gymflow.envs.errors import InfraError, RolloutNotFound
 from gymflow.envs.mcp import workspace as ws
 from gymflow.envs.mcp.config import McpServerConfig, parse_servers
 from gymflow.envs.mcp.content import Parser, load_parser

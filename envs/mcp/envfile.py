@@ -58,6 +58,7 @@ import yaml
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from gymflow.envs.contract import BaseEnv, Task, Wire
+from gymflow.envs.errors import EnvFileError
 from gymflow.envs.harness.env import Harness, HarnessEnv
 from gymflow.envs.mcp.config import BUILTIN_PARSERS, WORKSPACE, parse_servers
 from gymflow.envs.mcp.env import McpEnv
@@ -66,7 +67,7 @@ from gymflow.envs.mcp.plugins import load_callable
 from gymflow.envs.mcp.reward import REWARD_KWARGS, REWARD_SIGNATURE, RewardFn, check_reward_fn
 from gymflow.envs.mcp.workspace import WorkspaceSeed
 from gymflow.envs.policy import DEFAULT, NULL, Policy, PolicySpec
-from gymflow.envs.registry import ENV_FILE_SUFFIXES, EnvFileError
+from gymflow.envs.registry import ENV_FILE_SUFFIXES
 from gymflow.envs.runtime.config import RuntimeConfig
 
 RewardSpecs = str | LibraryRewardSpec | list[str | LibraryRewardSpec] | None

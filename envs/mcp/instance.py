@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gymflow.envs.contract import InfraError, ToolError, ToolResult, ToolSpec
+from gymflow.envs.contract import ToolResult, ToolSpec
+from gymflow.envs.errors import InfraError, ToolError
 from gymflow.envs.mcp.config import McpServerConfig
 from gymflow.envs.mcp.content import Parser
 from gymflow.envs.mcp.ledger import Ledger

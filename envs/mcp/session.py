@@ -25,7 +25,8 @@ import mcp_types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from gymflow.envs.contract import InfraError, ToolError, ToolResult, ToolSpec
+from gymflow.envs.contract import ToolResult, ToolSpec
+from gymflow.envs.errors import InfraError, ToolError
 from gymflow.envs.mcp.config import WORKSPACE, McpServerConfig
 from gymflow.envs.mcp.content import Parser, apply_parser, render_result
 from gymflow.envs.mcp.http import HttpServerProcess

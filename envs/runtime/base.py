@@ -37,14 +37,10 @@ from typing import Protocol
 
 from pydantic import Field
 
-from gymflow.envs.contract import InfraError, Wire
+from gymflow.envs.contract import Wire
 
 DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
 """Output kept of one command per stream unless the caller says otherwise."""
-
-
-class SandboxError(InfraError):
-    """The sandbox itself failed (cannot start, vanished, engine error): never the model's fault."""
 
 
 class Limits(Wire):

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from gymflow.envs.builtin.sheets import confine
 from gymflow.envs.contract import Unavailable
+from gymflow.envs.errors import SandboxError
 from gymflow.envs.mcp.transport import server_env
 from gymflow.envs.mcp.workspace import resolve_inside
 from gymflow.envs.runtime.base import (
@@ -40,7 +41,6 @@ from gymflow.envs.runtime.base import (
     RolloutSpec,
     Runtime,
     Sandbox,
-    SandboxError,
     StdioCommand,
     drain,
     feed_stdin,

@@ -21,14 +21,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gymflow.envs.runtime.base import (
-    DEFAULT_MAX_OUTPUT_BYTES,
-    CappedOutput,
-    ExecResult,
-    SandboxError,
-    drain,
-    feed_stdin,
-)
+from gymflow.envs.errors import SandboxError
+from gymflow.envs.runtime.base import DEFAULT_MAX_OUTPUT_BYTES, CappedOutput, ExecResult, drain, feed_stdin
 from gymflow.envs.runtime.engine import Engine, client_dir, kill_session
 
 MARK = b"\x1egymflow-pid:"

@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import SandboxError, UserError
 from gymflow.envs.mcp.transport import server_env
 from gymflow.envs.runtime import owners
 from gymflow.envs.runtime.base import (
@@ -46,7 +46,6 @@ from gymflow.envs.runtime.base import (
     RolloutSpec,
     Runtime,
     Sandbox,
-    SandboxError,
     StdioCommand,
 )
 from gymflow.envs.runtime.cexec import ContainerExec
@@ -240,6 +239,8 @@ class ContainerRuntime(Runtime):
             if self._owner_fd >= 0:
                 owners.release(self.state_root, self.owner, self._owner_fd)
                 self._owner_fd = -1
+            with contextlib.suppress(OSError):  # the node's directory, once its last disk is gone
+                self.state_dir.rmdir()
 
     def live(self) -> list[str]:
         """Names of the containers this runtime started and nobody released yet (pooled ones included)."""

@@ -11,7 +11,7 @@ Why the CLI rather than the Docker Engine API (docker-py, aiodocker):
   own.
 * The flags gymflow uses (run, exec, cp, rm, ps, inspect, build, image inspect/mount, import) mean the
   same in podman and docker, so one code path drives both.
-The cost is one process per engine call (~0.2 s for `exec` here); `bench/containers.py` measures it.
+The cost is one process per engine call; `bench/containers.py` measures it.
 
 Engine settings: `GYMFLOW_CONTAINER_ENGINE` (or `Engine.detect(binary=...)`) names the binary; by
 default podman, else docker, from the PATH. For podman the OCI runtime is chosen too: `runc` when it
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gymflow.envs.errors import UserError
-from gymflow.envs.runtime.base import CappedOutput, SandboxError, drain, feed_stdin
+from gymflow.envs.errors import EngineError, EngineUnavailable
+from gymflow.envs.runtime.base import CappedOutput, drain, feed_stdin
 
 ENGINE_ENV = "GYMFLOW_CONTAINER_ENGINE"
 """Names the engine binary (a name on the PATH or a path)."""
@@ -61,14 +61,6 @@ LABEL_STATE = "gymflow.state"
 
 ENGINE_OUTPUT_BYTES = 256 * 1024
 """Output kept of one engine command (build logs are the long ones)."""
-
-
-class EngineError(SandboxError):
-    """An engine command failed; the message carries the command and the end of its output."""
-
-
-class EngineUnavailable(UserError):
-    """No container engine on this node."""
 
 
 @dataclass(frozen=True)

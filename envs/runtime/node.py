@@ -102,7 +102,7 @@ class NodeRuntimes:
             name=context.name,
             context=context,
             timeout_s=config.build_timeout_s,
-            state_dir=runtime.state_dir,
+            state_dir=runtime.state_root,  # host-wide: sibling worker processes build an image once
         )
 
     async def start(self, config: RuntimeConfig, *, rollout_id: str, workspace: Path) -> Sandbox:

@@ -26,8 +26,9 @@ import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gymflow.envs.errors import StatsError
 from gymflow.envs.eval import stats
-from gymflow.envs.eval.stats import Bootstrap, StatsError
+from gymflow.envs.eval.stats import Bootstrap
 
 
 class _Reference:

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from gymflow.envs.catalog import describe_all
-from gymflow.envs.contract import DatasetError
+from gymflow.envs.errors import DatasetError
 from gymflow.envs.mcp.http import free_port
 from gymflow.envs.registry import BUILTIN, env_class
 

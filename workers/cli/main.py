@@ -12,16 +12,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import SettingsError
 from gymflow.envs.registry import env_class
 from gymflow.workers import logs
 from gymflow.workers.cli import commands, exits
 from gymflow.workers.cli.envs import add_envs_args, run_envs
-from gymflow.workers.config import Settings
-
-
-class SettingsError(UserError, ValueError):
-    """A GYMFLOW_* variable (or option) that is not a valid setting."""
+from gymflow.workers.config import ROLES, Settings
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -33,6 +29,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             "data_dir": getattr(args, "data_dir", None),
             "ui_port": getattr(args, "ui_port", None),
             "worker_processes": getattr(args, "processes", None),
+            "worker_roles": getattr(args, "roles", None),
         }.items()
         if value is not None
     }
@@ -64,12 +61,16 @@ def _processes(text: str) -> int | str:
 
 
 def _worker_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("worker", help="run a worker (shared queue + this node's queue)")
+    p = sub.add_parser("worker", help="run a worker serving its roles (default: all) on their queues")
     _common(p)
     p.add_argument(
         "--processes",
         type=_processes,
         help="worker processes on this node: N or `auto` (one per core); default 1 (GYMFLOW_WORKER_PROCESSES)",
+    )
+    p.add_argument(
+        "--roles",
+        help=f"roles to serve, comma-separated, of {','.join(ROLES)}; default all (GYMFLOW_WORKER_ROLES)",
     )
 
 
@@ -114,6 +115,9 @@ def _deploy_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
             d.add_argument("--nodes", type=int, default=1, help="number of worker nodes")
             d.add_argument("--infra", help="SkyPilot infra (aws, gcp/us-central1, k8s, ...)")
             d.add_argument("--task-file", type=Path, help="SkyPilot task YAML (default: deploy/workers.yaml)")
+            d.add_argument(
+                "--roles", help=f"roles every node serves, of {','.join(ROLES)}; default all (GYMFLOW_WORKER_ROLES)"
+            )
             d.add_argument("--dryrun", action="store_true", help="print the task, launch nothing")
 
 

@@ -31,6 +31,7 @@ from gymflow.workers.cli.progress import Progress, Reading, follow
 from gymflow.workers.cli.report import write_report
 from gymflow.workers.cli.runner import connect_or_start, endpoint, is_url
 from gymflow.workers.config import Settings
+from gymflow.workers.roles import COMMAND_ROLES
 from gymflow.workers.worker import running_worker
 from gymflow.workflows.group import BatchRolloutWorkflow
 from gymflow.workflows.schema import BatchInput, BatchResult, RolloutLimits, RolloutOptions, batch_search_attributes
@@ -118,7 +119,7 @@ async def run_eval(options: EvalOptions, settings: Settings, *, out: TextIO = sy
     policies = {"policy": options.policy} | ({"baseline": options.baseline} if options.baseline else {})
     async with contextlib.AsyncExitStack() as stack:
         if options.local_worker:
-            await stack.enter_async_context(running_worker(client, settings))
+            await stack.enter_async_context(running_worker(client, settings, roles=COMMAND_ROLES["eval"]))
         handles = {}
         for label, policy in policies.items():
             url = await stack.enter_async_context(endpoint(options.env, policy))

@@ -40,20 +40,10 @@ from mcp.server.mcpserver.exceptions import ToolError as McpToolError
 
 from gymflow.envs.builtin.harbor.task import HarborTask, load_dataset, load_task
 from gymflow.envs.builtin.harbor.verifier import run_verifier, start_task
-from gymflow.envs.contract import (
-    BaseEnv,
-    InfraError,
-    Message,
-    Reward,
-    RolloutNotFound,
-    Task,
-    TaskTimeouts,
-    ToolResult,
-    ToolSpec,
-    Unavailable,
-)
+from gymflow.envs.contract import BaseEnv, Message, Reward, Task, TaskTimeouts, ToolResult, ToolSpec, Unavailable
+from gymflow.envs.errors import InfraError, RolloutNotFound, SandboxError
 from gymflow.envs.mcp.content import render_result
-from gymflow.envs.runtime.base import ExecResult, Sandbox, SandboxError
+from gymflow.envs.runtime.base import ExecResult, Sandbox
 from gymflow.envs.runtime.container import START_TIMEOUT_S, ContainerSandbox
 from gymflow.envs.runtime.images import BOOTSTRAP_TIMEOUT_S
 from gymflow.envs.runtime.node import NodeRuntimes, unavailable_container

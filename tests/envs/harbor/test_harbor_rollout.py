@@ -1,26 +1,36 @@
 """Harbor rollouts through the whole engine: workflow -> worker -> container -> verifier.
 
 By default: one rollout whose container is killed mid-rollout (detected, a fresh container, the tool
-calls replayed, then scored by the verifier), and `gymflow eval harbor` on three tasks (oracle 1.0,
-null 0.0, a crashing verifier flagged). The whole suite is test_harbor_eval.py (`-m slow`).
+calls replayed, then scored by the verifier), and the refusal without an engine. With `-m slow`:
+`gymflow eval harbor` on two tasks (oracle 1.0, null 0.0, a crashing verifier flagged); the whole
+suite through the SDK is test_harbor_eval.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
+import pytest
 from container_support import leftovers
 from temporalio.client import Client
 
+from gymflow.activities.model import ModelConfig
 from gymflow.envs.builtin.harbor.env import HarborEnv
 from gymflow.envs.contract import Message, TerminationReason
+from gymflow.envs.errors import EnvUnavailableError
 from gymflow.envs.runtime.engine import Engine
+from gymflow.workers.cli.commands import preflight
+from gymflow.workers.reaper import reap_closed
+from gymflow.workers.sdk.client import start_rollout
+from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.schema import RolloutInput
 from support import ScriptedPolicy, call, play
 
 TASKS = Path(__file__).parent / "tasks"
@@ -58,13 +68,39 @@ async def test_a_killed_container_is_replaced_and_replayed_then_scored(
     assert await leftovers(Engine.detect("podman"), worker.settings.node_id) == []
 
 
+async def test_a_terminated_rollouts_container_is_reaped(
+    client: Client, worker: RunningWorker, base_image: str
+) -> None:
+    del base_image
+    [task] = HarborEnv.load_dataset(str(TASKS / "edit-config"))
+    engine = Engine.detect("podman")
+    hang = call("bash", {"command": "sleep 120", "timeout": 300})
+    policy = ScriptedPolicy([Message(role="assistant", tool_calls=[hang]), Message(role="assistant", content="done")])
+    async with PolicyServer(policy) as server:
+        handle = await start_rollout(
+            client,
+            RolloutInput(env="harbor", task=task, model=ModelConfig(base_url=server.url)),
+            task_queue=worker.task_queue,
+        )
+        deadline = time.monotonic() + 120
+        while not worker.env.held():  # the rollout's init is done: its container is up and held
+            assert time.monotonic() < deadline, "the rollout never started"
+            await asyncio.sleep(0.2)
+        assert await leftovers(engine, worker.settings.node_id)
+        await handle.terminate("closed from outside: no release runs")
+        # The worker's reaper round (every reap_interval_s), run now: the closed rollout's container goes.
+        assert await reap_closed(client, worker.env)
+        assert await leftovers(engine, worker.settings.node_id) == []
+
+
+@pytest.mark.slow  # ~25 s (a CLI process with its worker): the default suite is near its budget
 def test_eval_harbor_oracle_scores_one_null_zero_and_a_crashed_verifier_is_flagged(
     temporal_address: str, tmp_path: Path, base_image: str
 ) -> None:
     del base_image
     dataset = tmp_path / "tasks"
     dataset.mkdir()
-    for name in ("edit-config", "partial-credit", "verifier-crash"):
+    for name in ("edit-config", "verifier-crash"):
         (dataset / name).symlink_to(TASKS / name)
     out_dir = tmp_path / "report"
     command = [
@@ -78,13 +114,12 @@ def test_eval_harbor_oracle_scores_one_null_zero_and_a_crashed_verifier_is_flagg
     assert report["policy"]["mean"]["value"] == 1.0, report["policy"]
     assert report["baseline"]["mean"]["value"] == 0.0
     for side in ("policy", "baseline"):  # the crashed verifier is flagged on both sides, never scored
-        assert report[side]["completed"] == 2 and report[side]["infra_failed"] == 1, report[side]
+        assert report[side]["completed"] == 1 and report[side]["infra_failed"] == 1, report[side]
 
 
-def test_without_an_engine_harbor_refuses_naming_the_install_command(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "gymflow.workers.cli", "eval", "harbor", "--dataset", str(TASKS)]
-    env = {**os.environ, "GYMFLOW_CONTAINER_ENGINE": "no-such-engine"}
-    run = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env, check=False)
-    assert run.returncode == 2
-    assert "harbor cannot work on this node" in run.stderr
-    assert "apt-get install podman runc mmdebstrap e2fsprogs" in run.stderr
+def test_without_an_engine_harbor_refuses_naming_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GYMFLOW_CONTAINER_ENGINE", "no-such-engine")  # what `gymflow eval harbor` checks first
+    with pytest.raises(EnvUnavailableError) as refused:
+        preflight("harbor")
+    assert "harbor cannot work on this node" in str(refused.value)
+    assert "apt-get install podman runc mmdebstrap e2fsprogs" in str(refused.value)

@@ -23,7 +23,8 @@ async def test_bootstrap_makes_a_runnable_debian_image() -> None:
     try:
         await bootstrap_debian(engine, TAG, suite="bookworm")
         took = time.monotonic() - started
-        ran = await engine.run(["run", "--rm", *engine.run_flags(), "--network", "none", TAG, "cat", "/etc/os-release"])
+        flags = [*engine.run_flags(), "--ulimit", "nproc=512:512", "--network", "none"]  # nproc: see limit_flags
+        ran = await engine.run(["run", "--rm", *flags, TAG, "cat", "/etc/os-release"])
         assert "VERSION_CODENAME=bookworm" in ran.stdout
         config = await engine.image_config(TAG)
         assert any(str(e).startswith("PATH=") for e in config.get("Env") or [])  # type: ignore[union-attr]

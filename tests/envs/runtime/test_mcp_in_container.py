@@ -7,41 +7,21 @@ import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 from container_support import STATE_ROOT, leftovers
 
-from gymflow.envs.contract import InfraError
+from gymflow.envs.errors import InfraError
 from gymflow.envs.mcp.env import McpEnv
 from gymflow.envs.runtime.engine import Engine
 from gymflow.envs.runtime.node import NodeRuntimes
 
-SERVER_IMAGE = Path(__file__).parent / "shserver"
-
-
-def env_file(tmp_path: Path) -> Path:
-    (tmp_path / "note.txt").write_text("seeded\n")
-    config = {
-        "mcpServers": {
-            "inside": {"command": "sh-mcp", "env": {"GREETING": "hello"}},
-            "terminal": {
-                "command": "python",
-                "args": ["-m", "gymflow.envs.runtime.terminal", "--container", "{sandbox}", "--workdir", "/workspace"],
-                "runtime": {"kind": "process"},
-            },
-        },
-        "runtime": {"kind": "container", "build": str(SERVER_IMAGE), "limits": {"memory_mb": 256, "storage_mb": 64}},
-        "workspace": {"files": {"note.txt": "note.txt"}},
-    }
-    path = tmp_path / "env.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+ENV_FILE = Path(__file__).parent / "shserver" / "env.yaml"
 
 
 async def test_servers_run_in_the_rollouts_container_and_leave_with_it(base_image: str, tmp_path: Path) -> None:
     del base_image
     node = f"test-{uuid.uuid4().hex[:8]}"
     runtimes = NodeRuntimes(node_id=node, state_root=STATE_ROOT)
-    env = McpEnv.from_file(env_file(tmp_path), workspace_root=tmp_path / "ws", pool_size=0, runtimes=runtimes)
+    env = McpEnv.from_file(ENV_FILE, workspace_root=tmp_path / "ws", pool_size=0, runtimes=runtimes)
     engine = Engine.detect("podman")
     try:
         await env.init_rollout("r1")
