@@ -25,7 +25,9 @@ running the task's own solution, then the agent's finish command.
 
 from __future__ import annotations
 
+import base64
 import os
+import shlex
 import shutil
 import uuid
 from collections.abc import Mapping, Sequence
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gymflow.envs.builtin.harbor.env import HarborEnv
+from gymflow.envs.builtin.harbor.policy import SOLUTION_DIR
 from gymflow.envs.builtin.harbor.task import SOLUTION_SCRIPT, HarborTask
 from gymflow.envs.contract import Message, Task, ToolCall, ToolSpec
 from gymflow.envs.errors import InfraError
@@ -115,10 +118,11 @@ class HarborHarnessEnv(ProgramHost, HarborEnv):
 class SolutionPolicy(Policy):
     """Plays Harbor tasks as a bash-tool agent (mini-swe-agent) would, following each task's solution.
 
-    Its first turn calls `bash` with a command that writes the task's solution/ files to /solution and
-    runs solve.sh; its second calls `bash` with the agent's finish command (mini-swe-agent's
-    ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``). It finds the task by its instruction, which the
-    agent quotes in its first user message.
+    Its first turn calls `bash` with one command that writes every file of the task's solution/ to
+    /solution (`solution_command`) and runs solve.sh; its second calls `bash` with the agent's finish
+    command (mini-swe-agent's ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``). It finds the task by its
+    instruction, which the agent quotes in its first user message (the longest instruction quoted, so
+    one that contains another's is not mistaken for it).
 
     Args:
         tasks: The tasks it can play.
@@ -134,22 +138,32 @@ class SolutionPolicy(Policy):
     def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
         del tools
         asked = "\n".join(m.content for m in messages if m.role == "user")
-        task = next((t for t in self._tasks if t.instruction in asked), None)
-        if task is None:
+        quoted = [t for t in self._tasks if t.instruction in asked]
+        if not quoted:
             return Message(role="assistant", content="I know no solution to this task.")
+        task = max(quoted, key=lambda t: len(t.instruction))
         done = sum(1 for m in messages if m.role == "assistant")
         command = solution_command(task) if done == 0 else self._finish
         call = ToolCall(id=f"call_{done}", name="bash", arguments={"command": command})
         return Message(role="assistant", content=f"Step {done + 1} of the reference solution.", tool_calls=[call])
 
 
-def solution_command(task: HarborTask) -> str:
-    """One shell command that writes the task's solution/ files to /solution and runs solve.sh."""
+def solution_command(task: HarborTask, *, root: str = SOLUTION_DIR) -> str:
+    """One shell command that writes the task's solution/ files under `root` and runs solve.sh there.
+
+    Every file of solution/ (subdirectories included) arrives byte for byte: its content travels as
+    base64, so binary files, files without a final newline and text that would end a heredoc or break
+    quoting all survive; an executable file stays executable (a helper solve.sh runs directly). The
+    command is one argument of the agent's ``docker exec``, so a solution is limited to what one
+    argument may hold (128 KiB on Linux), plenty for a test task's scripts.
+    """
     assert task.solution_dir is not None
     parts = ["set -e"]
     for path in sorted(p for p in task.solution_dir.rglob("*") if p.is_file()):
-        target = f"/solution/{path.relative_to(task.solution_dir).as_posix()}"
-        marker = f"GYMFLOW_EOF_{uuid.uuid5(uuid.NAMESPACE_URL, target).hex[:8]}"
-        parts.append(f"mkdir -p {os.path.dirname(target)} && cat > {target} <<'{marker}'\n{path.read_text()}\n{marker}")
-    parts.append(f"bash /solution/{SOLUTION_SCRIPT}")
+        target = shlex.quote(f"{root}/{path.relative_to(task.solution_dir).as_posix()}")
+        content = base64.b64encode(path.read_bytes()).decode("ascii")
+        parts.append(f'mkdir -p "$(dirname {target})" && printf %s {content} | base64 -d > {target}')
+        if os.access(path, os.X_OK):
+            parts.append(f"chmod +x {target}")
+    parts.append(f"bash {shlex.quote(f'{root}/{SOLUTION_SCRIPT}')}")
     return "\n".join(parts)

@@ -19,6 +19,7 @@ from gymflow.envs.contract import TerminationReason
 from gymflow.envs.harness.harbor import SolutionPolicy
 from gymflow.envs.registry import env_class
 from gymflow.envs.runtime.engine import Engine
+from gymflow.workers.cli.inspect import inspect_workflow, render
 from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
@@ -73,6 +74,8 @@ async def test_mini_swe_agent_writes_files_in_its_workspace(client: Client, work
 
 HARBOR = Path(__file__).parent / "mini_swe_agent_harbor.yaml"
 HARBOR_TASKS = Path(__file__).parents[1] / "harbor" / "tasks"
+MULTI_FILE_TASKS = Path(__file__).parent / "harbor_tasks"
+"""Tasks of this test's own: a solution/ of several files (a helper run directly, binary data)."""
 
 
 @pytest.mark.slow
@@ -80,14 +83,19 @@ HARBOR_TASKS = Path(__file__).parents[1] / "harbor" / "tasks"
 async def test_mini_swe_agent_solves_harbor_tasks_in_their_containers(
     client: Client, worker: RunningWorker, base_image: str
 ) -> None:
-    """Every solvable test task: mini-swe-agent runs the scripted model's commands in the task's container
-    through the engine shim, and the task's verifier gives 1.0."""
+    """Every solvable test task, and one whose solution has several files: mini-swe-agent runs the scripted
+    model's commands in the task's container through the engine shim, and the task's verifier gives 1.0;
+    each model call is an activity of the rollout, as `gymflow inspect` shows it."""
     del base_image
     mini_or_skip()
     env = env_class(str(HARBOR))
-    rows = [row for row in env.load_dataset("default") if row.metadata.get("expect") == "solvable"]
+    rows = [
+        row
+        for row in [*env.load_dataset("default"), *env.load_dataset(str(MULTI_FILE_TASKS))]
+        if row.metadata.get("expect") == "solvable"
+    ]
     assert len(rows) >= 5
-    policy = SolutionPolicy(load_dataset(HARBOR_TASKS))
+    policy = SolutionPolicy([*load_dataset(HARBOR_TASKS), *load_dataset(MULTI_FILE_TASKS)])
     async with PolicyServer(policy, record_requests=True) as upstream:
         ids = {row.id: f"mini-harbor-{row.id}-{uuid.uuid4().hex[:6]}" for row in rows}
         results = await asyncio.gather(
@@ -107,5 +115,7 @@ async def test_mini_swe_agent_solves_harbor_tasks_in_their_containers(
             assert result.turns == 2 and len(result.tokens) == 2, row.id  # the solution, then the finish command
             calls = await model_calls(client, ids[row.id])
             assert [c.split(" (")[0] for c in calls] == ["model call 1", "model call 2"], calls
+            shown = render(await inspect_workflow(client, ids[row.id], run_id=None, ui_url="http://ui"), width=None)
+            assert "model call 1 (" in shown and "model call 2 (" in shown and "exit 0 after" in shown, shown
         assert len(upstream.requests) == 2 * len(rows) == len(set(upstream.requests))
     assert await leftovers(Engine.detect("podman"), worker.settings.node_id) == []
