@@ -47,6 +47,7 @@ from gymflow.envs.contract import (
     json_bytes,
 )
 from gymflow.envs.errors import EnvFileError, InfraError, RolloutNotFound, ToolError, UnknownEnvError
+from gymflow.envs.harness.env import HarnessInfo, ProgramEnv
 from gymflow.envs.registry import env_class, storage_name
 from gymflow.envs.rewards.rubric import Rubric
 from gymflow.workers.admission import Admission, Step
@@ -90,6 +91,9 @@ class RolloutHandle(Wire):
     sandbox: str | None = None
     """The env's `isolation_record`: set when model code runs under a sandbox the operator opted
     out of; the workflow copies it onto the trajectory."""
+    harness: HarnessInfo | None = None
+    """Set for a harness env (gymflow.envs.harness): an agent program plays the rollout, its model calls
+    coming through the gateway (gymflow.workflows.harness) instead of the workflow's agent loop."""
 
 
 class CallToolInput(Wire):
@@ -222,6 +226,7 @@ class EnvActivities:
             opening = input.task.opening_messages()
             filled = [m.model_copy(update={"content": fill_placeholders(m.content, values)}) for m in opening]
             rubric = env.rubric(input.task)
+            harness = env.harness_info(key) if isinstance(env, ProgramEnv) else None
         except InfraError as exc:
             await env.release_rollout(key)
             raise ApplicationError(f"init of {input.env} failed: {exc}", type=errors.ENV_ERROR) from exc
@@ -242,6 +247,7 @@ class EnvActivities:
             payload_limit_bytes=self.payload_limit_bytes,
             opening_messages=filled if filled != opening else None,
             sandbox=env.isolation_record(),
+            harness=harness,
         )
 
     @activity.defn(name="call_tool")

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from gymflow.envs.wire.models import (
     Message,
+    ProgramRun,
     Reward,
     Role,
     Task,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:  # gymflow.envs.rewards.rubric imports this module
 __all__ = [  # the contract, and the wire types (gymflow.envs.wire.models) env code speaks, in one place
     "BaseEnv",
     "Message",
+    "ProgramRun",
     "Reward",
     "Role",
     "Task",
