@@ -48,6 +48,7 @@ from gymflow.envs.contract import (
     json_bytes,
 )
 from gymflow.envs.errors import EnvFileError, InfraError, RolloutNotFound, ToolError, UnknownEnvError
+from gymflow.envs.harness.env import HarnessInfo, ProgramEnv
 from gymflow.envs.registry import env_class, storage_name
 from gymflow.envs.rewards.rubric import Rubric
 from gymflow.workers.admission import Admission, Step
@@ -96,6 +97,9 @@ class RolloutHandle(Wire):
     env_turns: bool = False
     """The env answers final answers (`BaseEnv.env_turns`): the workflow asks `env_response` for the
     next user message instead of ending the rollout. Handles recorded before it existed say False."""
+    harness: HarnessInfo | None = None
+    """Set for a harness env (gymflow.envs.harness): an agent program plays the rollout, its model calls
+    coming through the gateway (gymflow.workflows.harness) instead of the workflow's agent loop."""
 
 
 class CallToolInput(Wire):
@@ -246,6 +250,7 @@ class EnvActivities:
             opening = input.task.opening_messages()
             filled = [m.model_copy(update={"content": fill_placeholders(m.content, values)}) for m in opening]
             rubric = env.rubric(input.task)
+            harness = env.harness_info(key) if isinstance(env, ProgramEnv) else None
         except InfraError as exc:
             await env.release_rollout(key)
             raise ApplicationError(f"init of {input.env} failed: {exc}", type=errors.ENV_ERROR) from exc
@@ -268,6 +273,7 @@ class EnvActivities:
             sandbox=env.isolation_record(),
             env_package=env.package,
             env_turns=env.env_turns,
+            harness=harness,
         )
 
     @activity.defn(name="call_tool")

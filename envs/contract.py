@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from gymflow.envs.wire.models import (
     EnvPackageRef,
     Message,
+    ProgramRun,
     Reward,
     Role,
     Task,
@@ -52,6 +53,7 @@ __all__ = [  # the contract, and the wire types (gymflow.envs.wire.models) env c
     "BaseEnv",
     "EnvPackageRef",
     "Message",
+    "ProgramRun",
     "Reward",
     "Role",
     "Task",

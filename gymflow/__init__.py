@@ -30,6 +30,8 @@ _EXPORTS: dict[str, str] = {
     "Trajectory": "gymflow.envs.contract",
     "TerminationReason": "gymflow.envs.contract",
     "McpEnv": "gymflow.envs.mcp.env",
+    "Harness": "gymflow.envs.harness.env",
+    "HarnessEnv": "gymflow.envs.harness.env",
     "Policy": "gymflow.envs.policy",
     "register": "gymflow.envs.registry",
     "env_class": "gymflow.envs.registry",
@@ -68,6 +70,8 @@ __all__ = [
     "EvalOptions",
     "GenerateOptions",
     "GroupResult",
+    "Harness",
+    "HarnessEnv",
     "InfraError",
     "McpEnv",
     "Message",
@@ -132,6 +136,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         Trajectory,
     )
     from gymflow.envs.errors import InfraError, ToolError, UserError
+    from gymflow.envs.harness.env import Harness, HarnessEnv
     from gymflow.envs.mcp.env import McpEnv
     from gymflow.envs.policy import Policy
     from gymflow.envs.registry import env_class, register

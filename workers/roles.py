@@ -4,7 +4,8 @@
   `BatchRolloutWorkflow`, `RolloutSessionWorkflow`) and what they run on the shared queue (model
   turns, rollout initialisation, group rewards, task loading, results, batch reports); the node
   queue with the env activities of the rollouts this node holds (tools, rewards, release, fused
-  turns); the node's admission control and the reaper.
+  turns, harness programs); the node's admission control, the reaper and the model gateway through
+  which harness rollouts' agent programs call models.
 * ``judge``: the LLM-judge activity on the judge queue, under the deployment-wide rate limit.
 * ``dataset``: `DatasetGenerationWorkflow` and its activities, on the dataset queue.
 * ``training``: `TrainingRunWorkflow` with the training and trainer-job activities, on the training
@@ -22,6 +23,7 @@ that does not serve a role never imports (let alone constructs) that role's mach
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +37,7 @@ from gymflow.workflows import names
 if TYPE_CHECKING:
     from gymflow.activities.env import EnvActivities
     from gymflow.activities.model import ModelActivities
+    from gymflow.workers.servers.gateway import Gateway
 
 COMMAND_ROLES: Mapping[str, tuple[WorkerRole, ...]] = {
     "rollout": ("rollout", "judge"),
@@ -71,12 +74,17 @@ class Served:
     queues: list[Queue]
     background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
     """Started when the worker starts, cancelled when it stops (before `close`)."""
+    servers: list[AbstractAsyncContextManager[Any]] = field(default_factory=list)
+    """Entered before the queues' workers start (their activities may need them up), exited after
+    those workers stopped."""
     close: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     """Run after the queues' workers have stopped, in order."""
     env: EnvActivities | None = None
     """The rollout role's env activities (for tests and the demo)."""
     model: ModelActivities | None = None
     """The rollout role's model activities."""
+    gateway: Gateway | None = None
+    """The rollout role's model gateway."""
 
 
 @dataclass(frozen=True)
@@ -131,8 +139,11 @@ def all_workflows() -> list[type]:
 
 
 def rollout(context: Context) -> Served:
-    """The shared queue's rollout workflows and activities, this node's queue, admission and the reaper."""
+    """The shared queue's rollout workflows and activities, this node's queue, admission, the reaper and
+    the model gateway."""
     from gymflow.activities.env import EnvActivities
+    from gymflow.activities.gateway import GatewayActivities
+    from gymflow.activities.harness import HarnessActivities
     from gymflow.activities.model import ModelActivities
     from gymflow.activities.report import ReportActivities
     from gymflow.activities.storage import StorageActivities
@@ -142,6 +153,7 @@ def rollout(context: Context) -> Served:
     from gymflow.workers.admission import Admission
     from gymflow.workers.dedup import DedupInterceptor
     from gymflow.workers.reaper import run_reaper
+    from gymflow.workers.servers.gateway import Gateway
 
     settings = context.settings
     queue = names.node_queue(settings.task_queue, settings.node_id)
@@ -175,11 +187,14 @@ def rollout(context: Context) -> Served:
         default_uri=settings.results_uri, s3_endpoint_url=settings.s3_endpoint_url, admission=admission
     )
     reports = ReportActivities(storage, ui_base=settings.ui_url)
+    # The node's model gateway: harness rollouts' agent programs call models through it (gymflow.workflows.harness).
+    gateway = Gateway(context.client, host=settings.gateway_host, port=settings.gateway_port)
     shared = Queue(
         settings.task_queue,
         workflows=rollout_workflows(),
         activities=[
             model.generate,
+            GatewayActivities(model).model_call,
             env.init_rollout,
             env.compute_group_reward,
             storage.write_jsonl,
@@ -195,6 +210,7 @@ def rollout(context: Context) -> Served:
             env.release_rollout,
             env.env_response,
             TurnActivities(model, env).play_turn,
+            HarnessActivities(env, gateway).run_program,
         ],
         # A retried attempt whose first attempt completed here (its report was lost) must not re-run the tool.
         # Fused turns are left out: only stateless envs fuse, so running one again is harmless, and
@@ -215,9 +231,11 @@ def rollout(context: Context) -> Served:
         "rollout",
         [shared, node],
         background=[reaper],
+        servers=[gateway],
         close=[env.shutdown, runtimes.close, model.aclose],
         env=env,
         model=model,
+        gateway=gateway,
     )
 
 
