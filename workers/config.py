@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     """This worker's node id; its private queue is `<task_queue>@<node_id>`."""
     data_dir: Path = Path(".gymflow")
     """Server database, logs and local results."""
+    env_packages_dir: Path | None = None
+    """Where env packages live (`gymflow envs install`, gymflow.envs.packages.store; every process of a
+    node reads this variable, GYMFLOW_ENV_PACKAGES_DIR). None: `<data_dir>/env-packages`."""
     workspace_root: Path = Field(default_factory=lambda: Path(tempfile.gettempdir()) / "gymflow-workspaces")
     """Parent of per-rollout workspaces on this node."""
     model_url: str | None = None

@@ -50,7 +50,7 @@ COMMAND_ROLES: Mapping[str, tuple[WorkerRole, ...]] = {
 so only once it starts), so rollouts come with the judge; dataset generation calls its model and
 judge endpoints itself and runs no rollouts; a training run evaluates its checkpoints in rollouts."""
 
-DEDUPLICATED = ("call_tool", "compute_reward")
+DEDUPLICATED = ("call_tool", "compute_reward", "env_response")
 """Node activities answered from the node's record when retried after completing (gymflow.workers.dedup)."""
 
 
@@ -208,6 +208,7 @@ def rollout(context: Context) -> Served:
             env.call_tool,
             env.compute_reward,
             env.release_rollout,
+            env.env_response,
             TurnActivities(model, env).play_turn,
             HarnessActivities(env, gateway).run_program,
         ],

@@ -258,7 +258,20 @@ class RolloutWorkflow:
                 if turn is not None and turn.reward is not None:
                     self._fused_reward = turn.reward
                     self._env_steps().handle = None  # the fused turn freed the state with the reward
-                return TerminationReason.FINAL_ANSWER
+                    return TerminationReason.FINAL_ANSWER
+                if not self._wants_env_turn():
+                    return TerminationReason.FINAL_ANSWER
+                reply = await self._env_steps().respond(self._messages)
+                if reply.done:
+                    return TerminationReason.FINAL_ANSWER
+                self._pending_chars = 0
+                for answer in reply.messages:
+                    said, whole = self._budget.admit(answer)
+                    self._pending_chars += len(said.content)
+                    self._messages.append(said)
+                    if not whole:
+                        return TerminationReason.CONTEXT_BUDGET
+                continue
             self._pending_chars = 0
             ran = turn.results if turn else []
             for index, call in enumerate(message.tool_calls):
@@ -312,11 +325,17 @@ class RolloutWorkflow:
 
     def _wants_fused(self, handle: RolloutHandle) -> bool:
         """Fused turns: asked for by the rollout, or by the env unless the rollout asked for local
-        model turns; for a stateless env only."""
+        model turns; for a stateless env only, and not for one that answers final answers."""
         asked = self._input.fuse_turns
         if asked is None:
             asked = handle.fused_turns and not (self._plan_2 and self._input.model.local_activity)
-        return handle.stateless and asked
+        return handle.stateless and asked and not handle.env_turns
+
+    def _wants_env_turn(self) -> bool:
+        """Whether the env answers a final answer (`RolloutHandle.env_turns`; handles recorded before
+        it existed say no, so their histories replay as they ran)."""
+        handle = self._env_steps().handle
+        return handle is not None and handle.env_turns
 
     async def _play_turn(self) -> PlayTurnResult:
         """One fused turn on the rollout's node (recovered like any env step if the node is lost)."""
@@ -378,6 +397,7 @@ class RolloutWorkflow:
             usage=self._usage,
             recoveries=self._env_steps().recoveries,
             sandbox=self._env.sandbox if self._env else None,
+            env_package=self._env.env_package if self._env else None,
             tokens=self._tokens,
             program=self._harness.program() if self._harness is not None else None,
         )

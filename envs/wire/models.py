@@ -222,6 +222,22 @@ class Usage(Wire):
     """Prompt tokens of the latest turn: how full the context window is."""
 
 
+class EnvPackageRef(Wire):
+    """Which env code produced a rollout: an env package installed in a venv of its own
+    (gymflow.envs.packages), by name, version and content digest."""
+
+    name: str
+    """The distribution's name (`pip show NAME`)."""
+    version: str
+    digest: str
+    """sha256 over the distribution's installed files (its RECORD): the same code gives the same
+    digest on every node; any change to it gives another."""
+    env: str = ""
+    """The env of the package that ran (a package may declare several)."""
+    kind: str = ""
+    """How gymflow runs it: `plain`, `benchmax`, `verifiers` or `openenv`."""
+
+
 class ProgramRun(Wire):
     """What a harness rollout's agent program did (gymflow.envs.harness)."""
 
@@ -265,6 +281,9 @@ class Trajectory(Wire):
     sandbox: str | None = None
     """Set when model-written code ran under a sandbox the operator opted out of (e.g.
     ``GYMFLOW_SANDBOX=unsafe-unshare``): which level, and what it did not keep from the code."""
+    env_package: EnvPackageRef | None = Field(default=None, exclude_if=lambda ref: ref is None)
+    """The env package (name, version, digest) whose code ran the tools and the reward; None for
+    envs that are part of this installation (built-ins, env files, registered classes)."""
     messages: list[Message]
     """System prompt, prompt, every assistant turn and tool observation, in order."""
     tokens: list[TurnTokens] = Field(default_factory=list)

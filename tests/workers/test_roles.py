@@ -83,6 +83,7 @@ async def test_a_rollout_only_worker_registers_only_rollout_work_and_runs_a_roll
             "EnvActivities.call_tool",
             "EnvActivities.compute_reward",
             "EnvActivities.release_rollout",
+            "EnvActivities.env_response",
             "TurnActivities.play_turn",
             "HarnessActivities.run_program",
         }
