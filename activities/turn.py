@@ -45,7 +45,8 @@ from pydantic import Field, model_validator
 from temporalio import activity
 
 from gymflow.activities import errors
-from gymflow.activities.env import CallToolInput, ComputeRewardInput, EnvActivities, log_context
+from gymflow.activities.env import EnvActivities, log_context
+from gymflow.activities.env_schema import CallToolInput, ComputeRewardInput
 from gymflow.activities.model import GenerateInput, GenerateResult, ModelActivities
 from gymflow.envs.contract import Message, Reward, Task, ToolCall, ToolResult, ToolSpec, Wire, json_bytes
 from gymflow.envs.wire.tokens import TokenPrefix

@@ -19,7 +19,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from gymflow.activities import errors
-    from gymflow.activities.env import RolloutHandle
+    from gymflow.activities.env_schema import RolloutHandle
     from gymflow.activities.model import GenerateInput
     from gymflow.activities.turn import CachedContext, PlayTurnInput, PlayTurnResult, TurnActivities, TurnDelta
     from gymflow.envs.contract import Message, TerminationReason

@@ -33,7 +33,8 @@ from temporalio.workflow import ChildWorkflowCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from gymflow.activities import errors
-    from gymflow.activities.env import EnvActivities, GroupRewardInput
+    from gymflow.activities.env import EnvActivities
+    from gymflow.activities.env_schema import GroupRewardInput
     from gymflow.activities.report import BatchReportInput, BatchReportResult, ReportActivities
     from gymflow.activities.storage import LoadTasksInput, StorageActivities, WriteJsonlInput
     from gymflow.envs.contract import Reward, Task, TerminationReason, Trajectory, json_bytes

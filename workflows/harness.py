@@ -55,7 +55,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from gymflow.activities import errors
-    from gymflow.activities.env import RolloutHandle
+    from gymflow.activities.env_schema import RolloutHandle
     from gymflow.activities.gateway import (
         GatewayActivities,
         GatewayAnswer,

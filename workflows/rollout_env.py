@@ -27,10 +27,10 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from gymflow.activities import errors
-    from gymflow.activities.env import (
+    from gymflow.activities.env import EnvActivities
+    from gymflow.activities.env_schema import (
         CallToolInput,
         ComputeRewardInput,
-        EnvActivities,
         EnvResponse,
         EnvResponseInput,
         InitRolloutInput,

@@ -28,7 +28,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from gymflow.activities import errors
-    from gymflow.activities.env import RolloutHandle
+    from gymflow.activities.env_schema import RolloutHandle
     from gymflow.envs.contract import Message, Reward, TerminationReason, Trajectory
     from gymflow.workflows import names, status
     from gymflow.workflows.budget import TrajectoryBudget

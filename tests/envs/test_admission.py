@@ -16,7 +16,8 @@ import pytest
 from mcp_support import wait_until
 from temporalio.testing import ActivityEnvironment
 
-from gymflow.activities.env import CallToolInput, EnvActivities
+from gymflow.activities.env import EnvActivities
+from gymflow.activities.env_schema import CallToolInput
 from gymflow.envs.contract import BaseEnv, Message, ToolCall, ToolResult, ToolSpec
 from gymflow.envs.errors import InfraError
 from gymflow.envs.registry import register

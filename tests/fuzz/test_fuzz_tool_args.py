@@ -18,7 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from temporalio.testing import ActivityEnvironment
 
-from gymflow.activities.env import CallToolInput, EnvActivities, InitRolloutInput, RolloutHandle
+from gymflow.activities.env import EnvActivities
+from gymflow.activities.env_schema import CallToolInput, InitRolloutInput, RolloutHandle
 from gymflow.envs.contract import Message, Reward, Task, ToolCall
 from gymflow.envs.mcp.env import McpEnv
 from gymflow.envs.registry import register

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gymflow.activities.env import CallToolInput, RolloutHandle
+from gymflow.activities.env_schema import CallToolInput, RolloutHandle
 from gymflow.activities.model import GenerateResult, ModelConfig
 from gymflow.activities.turn import PlayTurnResult
 from gymflow.envs.contract import (

@@ -19,7 +19,7 @@ import skyrl_gym
 from omegaconf import OmegaConf
 from pydantic import ValidationError
 
-from gymflow.activities.env import ComputeRewardInput
+from gymflow.activities.env_schema import ComputeRewardInput
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.builtin.math.policy import CalculatorPolicy
 from gymflow.envs.builtin.sheets.env import SheetsEnv
