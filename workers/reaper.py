@@ -16,24 +16,50 @@ that cannot be reached counts as nothing (the next round asks again).
 
 Each round also reaps the servers and workspaces of dead workers on this host
 (gymflow.envs.mcp.ledger.reap_orphans), which otherwise happens only when a worker starts.
+
+A node cut off from its server (a network partition: the node is alive, its servers run, its
+activities go on executing) must not go on serving rollouts that moved. While it cannot poll, its
+rollouts' next env steps miss their schedule-to-start timeout and the workflows re-initialise them
+on other nodes; the node cannot know which. So the reaper probes the server every `PROBE_S`:
+
+* when contact comes back after a failed probe, every rollout state it holds whose workflow still
+  runs is checked against that workflow's history (read backwards to its last `init_rollout`): a
+  rollout initialised again since (a later incarnation) moved, and its state here is freed. Its
+  activities that were cut off learn the same from the server (their heartbeats fail, and the SDK
+  cancels them);
+* while there is no contact, after `fence_after_s` the node frees everything it holds (the
+  fence): by then every rollout that needed a step has moved, and a node that never hears from its
+  server again must not keep servers and containers alive for nobody. A rollout that had not
+  needed a step meanwhile finds its state gone when it does, and recovers like one whose node died.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest, GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from gymflow.activities.env import EnvActivities
+from gymflow.activities.env import EnvActivities, InitRolloutInput, state_key
 from gymflow.envs.mcp.ledger import reap_orphans
 
 log = logging.getLogger(__name__)
 
 DESCRIBE_CONCURRENCY = 16
 """Describe calls in flight at once, per worker."""
+PROBE_S = 5.0
+"""How often the reaper checks that the server answers (at most its reaping interval)."""
+PROBE_TIMEOUT = timedelta(seconds=5)
+HISTORY_PAGE = 64
+"""Events per page when a history is read backwards to its last init_rollout."""
 
 
 async def workflow_closed(client: Client, workflow_id: str) -> bool | None:
@@ -77,12 +103,128 @@ async def reap_closed(client: Client, env: EnvActivities) -> list[str]:
     return freed
 
 
-async def run_reaper(client: Client, env: EnvActivities, *, workspace_root: Path, interval_s: float) -> None:
-    """Reap closed rollouts (and dead workers' orphans) every `interval_s` until cancelled."""
-    while True:
-        await asyncio.sleep(interval_s)
+async def moved(client: Client, workflow_id: str, held_key: str) -> bool | None:
+    """Whether the rollout holding state `held_key` here was initialised again since (None: cannot tell now).
+
+    The rollout's latest `init_rollout` is found by reading its history backwards: a later
+    incarnation's state key differs from `held_key`.
+    """
+    token = b""
+    try:
+        while True:
+            page = await client.workflow_service.get_workflow_execution_history_reverse(
+                GetWorkflowExecutionHistoryReverseRequest(
+                    namespace=client.namespace,
+                    execution=WorkflowExecution(workflow_id=workflow_id),
+                    maximum_page_size=HISTORY_PAGE,
+                    next_page_token=token,
+                )
+            )
+            for event in page.history.events:
+                if event.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                    continue
+                attributes = event.activity_task_scheduled_event_attributes
+                if attributes.activity_type.name != "init_rollout":
+                    continue
+                [latest] = await client.data_converter.decode(attributes.input.payloads, [InitRolloutInput])
+                return state_key(latest.rollout_id, latest.incarnation) != held_key
+            token = page.next_page_token
+            if not token:
+                return False
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return True
+        log.debug("cannot read history", extra={"workflow_id": workflow_id, "error": str(exc)})
+        return None
+
+
+async def reap_moved(client: Client, env: EnvActivities) -> list[str]:
+    """Free every rollout state of `env` whose rollout was initialised again elsewhere; returns the keys."""
+    semaphore = asyncio.Semaphore(DESCRIBE_CONCURRENCY)
+    freed: list[str] = []
+
+    async def check(name: str, key: str, workflow_id: str) -> None:
+        async with semaphore:
+            gone = await moved(client, workflow_id, key)
+        if not gone:
+            return
         try:
-            await reap_closed(client, env)
-            await asyncio.to_thread(reap_orphans, workspace_root)
+            await env.release(name, key)
+        except Exception:  # the next round retries
+            log.warning("reaper: release failed", extra={"state_key": key, "env": name}, exc_info=True)
+            return
+        freed.append(key)
+
+    await asyncio.gather(*(check(name, key, w) for (name, key), w in env.held().items()))
+    if freed:
+        log.warning("reaper: rollouts moved to other nodes while this one was cut off; freed their states",
+                    extra={"state_keys": freed})  # fmt: skip
+    return freed
+
+
+async def fence(env: EnvActivities, out_for_s: float) -> list[str]:
+    """Free every rollout state this node holds (no contact with the server for `out_for_s`)."""
+    freed = []
+    for name, key in env.held():
+        try:
+            await env.release(name, key)
+        except Exception:
+            log.warning("fence: release failed", extra={"state_key": key, "env": name}, exc_info=True)
+            continue
+        freed.append(key)
+    if freed:
+        log.warning("fence: no contact with the Temporal server; freed every rollout state this node held",
+                    extra={"out_for_s": round(out_for_s, 1), "state_keys": freed})  # fmt: skip
+    return freed
+
+
+@dataclass
+class Contact:
+    """When the server last answered this node, and whether a probe failed since."""
+
+    last: float = field(default_factory=time.monotonic)
+    lost: bool = False
+
+    async def probe(self, client: Client) -> bool:
+        """Ask the server something cheap; True if it answered."""
+        try:
+            await client.workflow_service.get_system_info(GetSystemInfoRequest(), timeout=PROBE_TIMEOUT)
+        except Exception:  # unreachable, timed out, refused: no contact, whatever the cause
+            self.lost = True
+            return False
+        self.last = time.monotonic()
+        return True
+
+
+async def run_reaper(
+    client: Client,
+    env: EnvActivities,
+    *,
+    workspace_root: Path,
+    interval_s: float,
+    fence_after_s: float | None = None,
+) -> None:
+    """Reap closed rollouts (and dead workers' orphans) every `interval_s`, probe the server every
+    `PROBE_S`, free moved rollouts after a lost contact and everything after `fence_after_s` without one;
+    until cancelled."""
+    contact = Contact()
+    tick = min(interval_s, PROBE_S)
+    next_reap = time.monotonic() + interval_s
+    fenced = False
+    while True:
+        await asyncio.sleep(tick)
+        try:
+            if not await contact.probe(client):
+                out_for = time.monotonic() - contact.last
+                if fence_after_s is not None and out_for >= fence_after_s and not fenced:
+                    fenced = bool(await fence(env, out_for)) or fenced
+                continue
+            if contact.lost:  # back in contact: free what moved meanwhile
+                contact.lost = fenced = False
+                await reap_moved(client, env)
+            if time.monotonic() >= next_reap:
+                next_reap = time.monotonic() + interval_s
+                await reap_closed(client, env)
+                await asyncio.to_thread(reap_orphans, workspace_root)
         except Exception:  # the reaper must outlive any one bad round
             log.warning("reaper round failed", exc_info=True)

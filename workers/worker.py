@@ -19,6 +19,7 @@ from typing import Any
 
 import structlog
 from temporalio.client import Client
+from temporalio.runtime import Runtime
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
@@ -37,6 +38,7 @@ from gymflow.workers.admission import Admission
 from gymflow.workers.config import Settings
 from gymflow.workers.dedup import DedupInterceptor
 from gymflow.workers.judge_worker import judge_worker
+from gymflow.workers.metrics import GymflowMetrics, MetricsInterceptor, NodeSampler, metrics_runtime
 from gymflow.workers.reaper import run_reaper
 from gymflow.workers.sandbox_runner import FastContextRunner
 from gymflow.workflows.dataset import DatasetGenerationWorkflow
@@ -76,7 +78,8 @@ SANDBOX_PASSTHROUGH = (
         "gymflow.workflows.budget",
     ),
     "gymflow.workflows.status",
-    *("gymflow.workflows.rollout_env", "gymflow.workflows.session_schema"),
+    *("gymflow.workflows.rollout_env", "gymflow.workflows.session_schema", "gymflow.workflows.spans"),
+    "opentelemetry",  # one trace context inside and outside the sandbox (gymflow.workers.tracing)
     "gymflow.workflows.training_schema",
 )
 SANDBOX_RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
@@ -134,6 +137,8 @@ async def running_worker(
     payload_limit = None if client.data_converter.external_storage else PAYLOAD_LIMIT_BYTES
     # One admission control per node, shared by every env and the dataset loader (gymflow.workers.admission).
     admission = Admission(settings.capacity(), nice=settings.env_nice)
+    # gymflow's series on the runtime's meter (a no-op without --metrics-port: gymflow.workers.metrics).
+    metrics = GymflowMetrics((client.service_client.config.runtime or Runtime.default()).metric_meter)
     log.info("node %s admission: %s", settings.node_id, admission.capacity)
     env_activities = EnvActivities(
         node_id=settings.node_id,
@@ -203,6 +208,7 @@ async def running_worker(
             *training.activities(),
             *trainer.activities(),
         ],
+        interceptors=[MetricsInterceptor(metrics)],
         **worker_tuning(settings, workflows=True),
     )
     node = Worker(
@@ -217,7 +223,7 @@ async def running_worker(
         # A retried attempt whose first attempt completed here (its report was lost) must not re-run the tool.
         # Fused turns are left out: only stateless envs fuse, so running one again is harmless, and
         # remembering them would keep every turn's reply (token ids and logprobs included) in memory.
-        interceptors=[DedupInterceptor(activity_types=DEDUPLICATED)],
+        interceptors=[DedupInterceptor(activity_types=DEDUPLICATED), MetricsInterceptor(metrics)],
         **worker_tuning(settings, workflows=False),
     )
     # Every line the worker's tasks log (activities, the SDK's own) names this node: the context is
@@ -225,11 +231,18 @@ async def running_worker(
     with structlog.contextvars.bound_contextvars(node=settings.node_id):
         reaper = asyncio.create_task(
             run_reaper(
-                client, env_activities, workspace_root=settings.workspace_root, interval_s=settings.reap_interval_s
+                client,
+                env_activities,
+                workspace_root=settings.workspace_root,
+                interval_s=settings.reap_interval_s,
+                fence_after_s=settings.fence_after_s,
             )
         )
+        sampler = NodeSampler(
+            metrics, admission, env_activities.held, settings.workspace_root / settings.node_id, settings.node_id
+        )
         try:
-            async with shared, node, judge:
+            async with shared, node, judge, sampler.running():
                 log.info("worker polling", extra={"task_queue": settings.task_queue, "node_queue": queue})
                 yield RunningWorker(settings, queue, env_activities, model_activities)
         finally:
@@ -247,23 +260,43 @@ class WorkerStartError(UserError, RuntimeError):
 
 
 async def run_worker(settings: Settings) -> None:
-    """Run a worker until SIGINT/SIGTERM (the `gymflow worker` command)."""
+    """Run a worker until SIGINT/SIGTERM (the `gymflow worker` command).
+
+    It dials the cluster as every gymflow process does (gymflow.workers.connection: flags, GYMFLOW_*,
+    TEMPORAL_* and temporal.toml profiles, mTLS and API keys), checks a cluster's search attributes,
+    serves Prometheus metrics with `metrics_port` and traces with an OTLP endpoint.
+    """
+    from gymflow.workers import tracing
+    from gymflow.workers.connection import ConnectionFailed
     from gymflow.workers.sdk.client import connect, data_converter
+    from gymflow.workers.servers.temporal import check_search_attributes
 
     # Every line of the process names its node (one of several worker processes of a host: gymflow.workers.processes).
     with structlog.contextvars.bound_contextvars(node=settings.node_id):
-        # Encryption and external payload storage, as the deployment's config sets them (gymflow.workers.sdk.client).
-        converter = data_converter(settings)
+        connection = settings.temporal_connection()
+        runtime = None
+        if settings.metrics_port is not None:
+            runtime = metrics_runtime(host=settings.metrics_host, port=settings.metrics_port, node=settings.node_id)
+            log.info("metrics at http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
         try:
-            client = await connect(settings.temporal_address, namespace=settings.namespace, data_converter=converter)
-        except RuntimeError as exc:  # the SDK's "Failed client connect: ..."
-            raise WorkerStartError(
-                f"no Temporal server at {settings.temporal_address}: start one with `gymflow server`, or point "
-                f"--address (GYMFLOW_TEMPORAL_ADDRESS) at yours ({exc})"
-            ) from exc
+            client = await connect(
+                connection=connection,
+                # Encryption and external payload storage, as configured (gymflow.workers.sdk.client).
+                data_converter=data_converter(settings),
+                interceptors=tracing.client_interceptors(settings, service_name="gymflow-worker"),
+                runtime=runtime,
+                check_search_attributes=False,
+            )
+        except ConnectionFailed as exc:
+            raise WorkerStartError(str(exc)) from None
+        if not connection.local_dev:  # a cluster: its search attributes must be there before any rollout
+            await check_search_attributes(client, connection)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with running_worker(client, settings):
-            await stop.wait()
+        try:
+            async with running_worker(client, settings):
+                await stop.wait()
+        finally:
+            await asyncio.to_thread(tracing.flush)
