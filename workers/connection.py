@@ -234,7 +234,7 @@ def _load_profile(options: ConnectionOptions, environ: Mapping[str, str]) -> Cli
             raise ConnectionConfigError(f"--config-file {options.config_file}: no such file")
         source = options.config_file
     try:
-        return ClientConfigProfile.load(profile=options.profile, config_source=source, override_env_vars=environ)
+        return ClientConfigProfile.load(profile=options.profile, config_source=source, override_env_vars=dict(environ))
     except Exception as exc:  # the core's envconfig raises plain RuntimeErrors for every problem
         file = options.config_file or environ.get("TEMPORAL_CONFIG_FILE") or "~/.config/temporalio/temporal.toml"
         raise ConnectionConfigError(f"cannot load the Temporal client configuration ({file}): {exc}") from None
@@ -347,10 +347,15 @@ def explain(error: BaseException, connection: Connection) -> str:
         else:
             fix = "check the API key (TEMPORAL_API_KEY, the profile's api_key or --api-key) and its namespace access"
         return f"cannot connect to {where}: the server refused the credentials ({status}: {_message(text)}); {fix}"
-    if tls is None and ("FRAME_SIZE_ERROR" in text or "http2 error" in text or "frame with invalid size" in text):
+    if tls is None and any(s in text for s in ("FRAME_SIZE_ERROR", "http2 error", "frame with invalid size")):
         return (
             f"cannot connect to {where}: the server expects TLS and this client spoke plaintext; enable TLS "
             "(--tls, TEMPORAL_TLS=true, or a tls section in the profile)"
+        )
+    if tls is None and "connection closed" in text:  # what a TLS listener does to a plaintext HTTP/2 preface
+        return (
+            f"cannot connect to {where}: the server closed the connection at once; it probably expects TLS: "
+            "enable TLS (--tls, TEMPORAL_TLS=true, or a tls section in the profile)"
         )
     if tls is not None and ("InvalidContentType" in text or "CorruptMessage" in text or "InvalidMessage" in text):
         return (
