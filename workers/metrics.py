@@ -88,7 +88,7 @@ METRICS: Mapping[str, str] = {
     f"{INFRA_FAILURES}_total": "counter {env, reason}: infra-failed rollouts by termination reason",
     MODEL_SECONDS: "histogram {model, activity}: model-call latency (generate, or a fused play_turn)",
     f"{MODEL_TOKENS}_total": "counter {model, kind}: prompt and completion tokens",
-    f"{TOOL_CALLS}_total": "counter {outcome}: tool calls run on this node (ok, error)",
+    f"{TOOL_CALLS}_total": "counter {outcome}: tool calls run on this node (ok, error), fused turns' included",
     ADMISSION_WAITING: "gauge {step}: env steps queued for an admission slot",
     ADMISSION_BUSY: "gauge {step}: admission slots in use",
     ADMISSION_WAIT: "histogram {step}: seconds a step waited for its slot",
@@ -208,6 +208,8 @@ class _ActivityMetrics(ActivityInboundInterceptor):
         if kind == "call_tool":
             self.metrics.tool_calls.add(1, {"outcome": "error" if getattr(result, "is_error", False) else "ok"})
             return result
+        for ran in getattr(result, "results", ()):  # a fused turn runs its tool calls itself
+            self.metrics.tool_calls.add(1, {"outcome": "error" if ran.is_error else "ok"})
         generated = getattr(result, "generated", result)  # a fused turn's reply, or generate's own
         usage = getattr(generated, "usage", None)
         model = str(getattr(generated, "model", "") or "")

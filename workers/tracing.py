@@ -22,7 +22,7 @@ endpoint nothing here imports them.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from temporalio.client import Interceptor
 
@@ -39,8 +39,8 @@ INSTALL = "pip install 'gymflow[otel]'"
 
 class _State:
     provider: ReplaySafeTracerProvider | None = None
-    exporting: set[str] = set()
-    """OTLP endpoints already exported to from this process."""
+    exporting: dict[str, SpanProcessor] = {}
+    """OTLP endpoints this process exports to, and their processors."""
 
 
 class TracingUnavailable(UserError, ImportError):
@@ -110,8 +110,9 @@ def client_interceptors(settings: Settings, *, service_name: str = "gymflow") ->
             raise TracingUnavailable(
                 f"{endpoint}: exporting traces needs the OTLP exporter: {INSTALL} ({exc})"
             ) from None
-        export(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)), service_name=service_name)
-        _State.exporting.add(endpoint)
+        processor = BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint))
+        export(processor, service_name=service_name)
+        _State.exporting[endpoint] = processor
     return interceptors()
 
 
@@ -121,6 +122,9 @@ def flush(timeout_s: float = 5.0) -> None:
         _State.provider.force_flush(int(timeout_s * 1000))
 
 
-def current_provider() -> Any:
-    """The installed provider, if tracing was set up in this process."""
-    return _State.provider
+def shutdown() -> None:
+    """Send what is batched and stop exporting to the OTLP endpoints (a worker's exit)."""
+    flush()
+    for processor in _State.exporting.values():
+        processor.shutdown()
+    _State.exporting.clear()

@@ -299,4 +299,4 @@ async def run_worker(settings: Settings) -> None:
             async with running_worker(client, settings):
                 await stop.wait()
         finally:
-            await asyncio.to_thread(tracing.flush)
+            await asyncio.to_thread(tracing.shutdown)
