@@ -4,7 +4,7 @@ Killing a process is how one machine usually fakes a lost node. The common cloud
 another: the node is alive, its MCP servers run and its activities go on executing, but it cannot
 reach the Temporal server (a partition). `Network` builds that for real with iproute2 (as root):
 
-    host:  bridge gf<id>br  10.213.K.1/24   <- the Temporal server, the policy endpoint listen here
+    host:  bridge gf<id>br  10.213.K.1/24   <- nodes reach the Temporal server and the policy here
              |- veth gf<id>h0 ==== gf<id>n0  10.213.K.10  in namespace gf<id>-n0  <- node 0
              |- veth gf<id>h1 ==== gf<id>n1  10.213.K.11  in namespace gf<id>-n1  <- node 1
              ...
@@ -42,13 +42,17 @@ NODE_HOST = 10
 
 
 def start_server(network: Network, data_dir: Path, *, port: int) -> tuple[subprocess.Popen[bytes], str]:
-    """The Temporal dev server (as `gymflow server` runs it, headless) listening on the bridge address
-    only; returns the process and its host:port."""
+    """The Temporal dev server (as `gymflow server` runs it, headless); returns the process and the
+    address nodes dial (the bridge address). The host's own clients may use 127.0.0.1:port.
+
+    It listens on every interface: `start-dev --ip ADDR` binds its internal services to ADDR but
+    dials them on 127.0.0.1 (temporal CLI 1.9), so a server bound to the bridge address alone fails.
+    """
     from gymflow.workers.servers.temporal import dev_server_command
 
     data_dir.mkdir(parents=True, exist_ok=True)
     command = dev_server_command(data_dir=data_dir, port=port, ui_port=port + 1, headless=True)
-    command += ["--ip", network.host_address]
+    command += ["--ip", "0.0.0.0"]
     with (data_dir / "server.log").open("ab") as log:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     return process, f"{network.host_address}:{port}"

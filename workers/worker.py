@@ -37,6 +37,7 @@ from gymflow.envs.mcp.ledger import reap_orphans
 from gymflow.workers.admission import Admission
 from gymflow.workers.config import Settings
 from gymflow.workers.dedup import DedupInterceptor
+from gymflow.workers.fencing import StaleTaskGuard
 from gymflow.workers.judge_worker import judge_worker
 from gymflow.workers.metrics import GymflowMetrics, MetricsInterceptor, NodeSampler, metrics_runtime
 from gymflow.workers.reaper import run_reaper
@@ -223,7 +224,8 @@ async def running_worker(
         # A retried attempt whose first attempt completed here (its report was lost) must not re-run the tool.
         # Fused turns are left out: only stateless envs fuse, so running one again is harmless, and
         # remembering them would keep every turn's reply (token ids and logprobs included) in memory.
-        interceptors=[DedupInterceptor(activity_types=DEDUPLICATED), MetricsInterceptor(metrics)],
+        # A task reaching this node after the server timed it out (a partition) is not run (workers.fencing).
+        interceptors=[StaleTaskGuard(), DedupInterceptor(activity_types=DEDUPLICATED), MetricsInterceptor(metrics)],
         **worker_tuning(settings, workflows=False),
     )
     # Every line the worker's tasks log (activities, the SDK's own) names this node: the context is

@@ -75,7 +75,9 @@ PARTITION_AT = 25
 PARTITION_S = 60.0
 NODE_TIMEOUT_S = 10.0
 FENCE_S = 30.0
-"""The fleet's GYMFLOW_FENCE_AFTER_S: a node without contact this long frees what it holds."""
+"""GYMFLOW_FENCE_AFTER_S of the fleet cut off for good: a node without contact this long frees what it holds."""
+DEFAULT_FENCE_S = 300.0
+"""The setting's default: longer than the healed partition, so the healed node has to find what moved."""
 REAP_S = 5.0
 SERVER = "counter_server.py"
 """What an MCP server of the counting env has on its command line."""
@@ -99,7 +101,9 @@ def free_port(host: str) -> int:
 
 
 @pytest.fixture
-async def fleet(tmp_path: Path) -> AsyncIterator[Fleet]:
+async def fleet(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Fleet]:
+    """Three worker nodes in namespaces; `request.param`: their GYMFLOW_FENCE_AFTER_S."""
+    fence_s: float = getattr(request, "param", DEFAULT_FENCE_S)
     network = Network(NODES).create()
     server = None
     nodes: FleetNodes | None = None
@@ -115,7 +119,7 @@ async def fleet(tmp_path: Path) -> AsyncIterator[Fleet]:
                 "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
                 "GYMFLOW_MCP_POOL_SIZE": "0",  # a server per rollout: none should outlive its rollout
                 "GYMFLOW_REAP_INTERVAL_S": str(REAP_S),
-                "GYMFLOW_FENCE_AFTER_S": str(FENCE_S),
+                "GYMFLOW_FENCE_AFTER_S": str(fence_s),
             },
         )  # fmt: skip
         nodes.start_all()
@@ -220,11 +224,9 @@ async def check_batch(fleet: Fleet, result: BatchResult, partitioned_at: datetim
     assert len(ran) == ROLLOUTS * STEPS == sum(len(ledger.calls) for ledger in ledgers)
 
     cut_off = fleet.nodes.node_id(0)
-    moved = 0
-    for trajectory in trajectories:
-        if trajectory.recoveries:
-            nodes = await init_nodes(fleet.client, trajectory.rollout_id)
-            moved += nodes[0] == cut_off and cut_off not in nodes[1:]
+    placements = {t.rollout_id: (t.recoveries, await init_nodes(fleet.client, t.rollout_id)) for t in trajectories}
+    moved = sum(len(nodes) > 1 and nodes[0] == cut_off and cut_off not in nodes[1:] for _, nodes in placements.values())
+    (fleet.log.parent / "placements.json").write_text(json.dumps(placements, indent=1))
     assert moved > 0, "no rollout of the cut-off node was re-initialised elsewhere"
     recovery = recovery_seconds(ledgers, partitioned_at)
     return {
@@ -280,6 +282,7 @@ async def test_a_node_partitioned_for_60s_mid_batch(fleet: Fleet) -> None:
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("fleet", [FENCE_S], indirect=True)
 async def test_a_node_partitioned_for_good_fences_itself(fleet: Fleet) -> None:
     started = time.monotonic()
     handle = await start_batch(fleet, f"partition-good-{uuid.uuid4().hex[:6]}")
