@@ -30,7 +30,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,8 @@ OUT = ROOT / "bench" / "out"
 NODES = 3
 SERVER = "gymflow.envs.builtin.math.servers.calculator"
 NODE_TIMEOUT_S = 10.0
-FENCE_S = 30.0
+FENCE_S = 90.0
+"""Longer than the healed partition (which must not fence), so the node cut off for good fences at 90 s."""
 REAP_S = 5.0
 
 
@@ -173,15 +174,26 @@ class Bench:
         await asyncio.sleep(seconds)  # the partition's length
         during = self.servers()[node]
         self.network.heal(node)
-        healed = time.monotonic()
-        freed_s = await self.until_no_servers(node, 120)  # its moved rollouts' servers (or new ones done)
+        healed, healed_at = time.monotonic(), datetime.now(UTC)
+        idle_s = await self.until_no_servers(node, 120)  # its moved rollouts' servers (or new ones done)
         result = await handle.result()
         wall = time.monotonic() - started
         left_s = await self.until_no_servers(None, max(5.0, healed + 60 - time.monotonic()))
         row = await self.summary(result, wall, cut)
-        row |= {"servers_at_cut": held, "servers_at_heal": during, "node_idle_s_after_heal": _round(freed_s)}
+        row |= {"servers_at_cut": held, "servers_at_heal": during, "node_idle_s_after_heal": _round(idle_s)}
+        row["moved_states_freed_s_after_heal"] = self.freed_after(node, healed_at)
         row["servers_left_60s_after_heal"] = 0 if left_s is not None else sum(self.servers())
         return row
+
+    def freed_after(self, node: int, healed_at: datetime) -> float | None:
+        """Seconds from the heal to the node's reaper freeing the states of rollouts that moved (its log)."""
+        for line in self.nodes.log(node).read_text(errors="replace").splitlines():
+            if "moved to other nodes" not in line or not line.startswith("{"):
+                continue
+            when = datetime.fromisoformat(json.loads(line)["timestamp"].replace("Z", "+00:00"))
+            if when >= healed_at:
+                return round((when - healed_at).total_seconds(), 1)
+        return None
 
     async def partition_for_good(self, node: int) -> dict[str, Any]:
         started = time.monotonic()

@@ -271,7 +271,6 @@ async def run_worker(settings: Settings) -> None:
     from gymflow.workers import tracing
     from gymflow.workers.connection import ConnectionFailed
     from gymflow.workers.sdk.client import connect, data_converter
-    from gymflow.workers.servers.temporal import check_search_attributes
 
     # Every line of the process names its node (one of several worker processes of a host: gymflow.workers.processes).
     with structlog.contextvars.bound_contextvars(node=settings.node_id):
@@ -286,13 +285,10 @@ async def run_worker(settings: Settings) -> None:
                 # Encryption and external payload storage, as configured (gymflow.workers.sdk.client).
                 data_converter=data_converter(settings),
                 interceptors=tracing.client_interceptors(settings, service_name="gymflow-worker"),
-                runtime=runtime,
-                check_search_attributes=False,
+                runtime=runtime,  # a cluster's search attributes are checked: they must exist before any rollout
             )
         except ConnectionFailed as exc:
             raise WorkerStartError(str(exc)) from None
-        if not connection.local_dev:  # a cluster: its search attributes must be there before any rollout
-            await check_search_attributes(client, connection)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
