@@ -32,18 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gymflow.activities.storage import StorageError, Store, open_store
-from gymflow.envs.contract import DatasetError, Task
+from gymflow.activities.storage import Store, open_store
+from gymflow.envs.contract import Task
 from gymflow.envs.datagen.format import tasks_from_jsonl
+from gymflow.envs.errors import BundleError, DatasetError, StorageError
 from gymflow.envs.registry import env_class, is_env_file
 from gymflow.workflows.training_schema import DatasetConfig
 
 DATA_SUFFIXES = {".py", ".yaml", ".yml", ".json", ".jsonl", ".txt", ".md", ".toml", ".csv"}
 _REQUIREMENT_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-
-
-class BundleError(ValueError):
-    """The env cannot be bundled (its files cannot be found)."""
 
 
 @dataclass

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from gymflow.envs.contract import Trajectory
-from gymflow.envs.eval.stats import Bootstrap, StatsError, group_by_task, mean_ci, probability_of_improvement
+from gymflow.envs.errors import StatsError
+from gymflow.envs.eval.stats import Bootstrap, group_by_task, mean_ci, probability_of_improvement
 from gymflow.workflows.training_schema import EvalSummary
 
 

@@ -2,8 +2,8 @@
 
 A fused turn (gymflow.activities.turn) needs the whole conversation and the tool list. Sent whole every
 turn, the conversation makes a rollout's history grow with the square of its turns (turn k carries
-k turns of messages): 123 KiB for a 20-turn rollout of the benchmark env whose own messages total
-about 6 KiB, converted to and from JSON on both sides of every turn. The node that plays a
+k turns of messages), many times the size of the messages themselves, converted to and from JSON on
+both sides of every turn. The node that plays a
 rollout's turns is always the same one (the rollout is pinned to its node queue), so it keeps what
 the last turn saw — the conversation, the reply it gave, the tools, the model settings and the task
 to score a final answer against — under a fresh random token, and the next turn sends the token,

@@ -44,8 +44,8 @@ from gymflow.activities.dataset_models import (
     work_prefix,
 )
 from gymflow.activities.dataset_scan import scan
-from gymflow.activities.model import _heartbeating
-from gymflow.activities.storage import StorageError, Store, open_store
+from gymflow.activities.heartbeat import with_heartbeats
+from gymflow.activities.storage import Store, open_store
 from gymflow.envs.contract import Task
 from gymflow.envs.datagen import format as fmt
 from gymflow.envs.datagen.corpus import Chunk, Rejection, reject
@@ -64,6 +64,7 @@ from gymflow.envs.datagen.index import Bm25Index
 from gymflow.envs.datagen.plan import task_id
 from gymflow.envs.datagen.text import CorpusContext
 from gymflow.envs.datagen.traces import TraceTurn, dedup_text, label_messages, load_redactor, turn_task
+from gymflow.envs.errors import StorageError
 
 _CACHED_RUNS = 8
 
@@ -120,7 +121,7 @@ class DatasetActivities:
     async def scan_dataset_source(self, input: ScanInput) -> ScanResult:
         """Read and check the source, assign splits, write the plan (see the module docstring)."""
         out = input.out or fmt.join(self.default_uri, work_prefix(input.workflow_id).replace("work/", "datasets/", 1))
-        return await _heartbeating(scan(input, self.store(out), out, s3_endpoint_url=self.s3_endpoint_url))
+        return await with_heartbeats(scan(input, self.store(out), out, s3_endpoint_url=self.s3_endpoint_url))
 
     # -- generate -----------------------------------------------------------------------------
     @activity.defn(name="generate_dataset_batch")
@@ -141,9 +142,9 @@ class DatasetActivities:
         )
         plan = (await self._plan(store, input.plan_uri))[input.offset : input.offset + input.limit]
         if input.kind == "corpus":
-            records = await _heartbeating(self._corpus_batch(input, store, plan, calls))
+            records = await with_heartbeats(self._corpus_batch(input, store, plan, calls))
         elif input.kind == "traces":
-            records = await _heartbeating(_trace_batch(input, plan, calls))
+            records = await with_heartbeats(_trace_batch(input, plan, calls))
         else:
             records = [_env_record(Task.model_validate_json(line)) for line in plan]
         if calls.pending_error is not None:  # recorded what completed; Temporal retries the rest
@@ -287,7 +288,7 @@ class DatasetActivities:
     async def finalize_dataset(self, input: FinalizeInput) -> FinalizeResult:
         """Write the splits, the corpus, the rejections and the manifest."""
         store = self.store(input.out)
-        return await _heartbeating(write_dataset(input, store, read=lambda uri: self._get(store, uri)))
+        return await with_heartbeats(write_dataset(input, store, read=lambda uri: self._get(store, uri)))
 
 
 def _too_easy(outcomes: list[Draft | Rejection], chunks: list[Chunk], index: Bm25Index) -> list[Draft | Rejection]:

@@ -18,12 +18,13 @@ from temporalio import activity
 from gymflow.activities import errors
 from gymflow.activities.dataset_models import ScanInput, ScanResult, work_prefix
 from gymflow.activities.dataset_sources import corpus_files, read_file
-from gymflow.activities.storage import StorageError, Store
+from gymflow.activities.storage import Store
 from gymflow.envs.contract import Task, Wire
 from gymflow.envs.datagen.corpus import Chunk, Document, Rejection, chunk_document, decode_document, reject
 from gymflow.envs.datagen.format import to_jsonl
 from gymflow.envs.datagen.plan import assign_splits, corpus_plan, partners
 from gymflow.envs.datagen.traces import TraceTurn, parse_trace_line
+from gymflow.envs.errors import StorageError
 
 MAX_TRACE_LINE_BYTES = 4 * 1024 * 1024
 ENV_OVERSAMPLE = 1.25
@@ -143,7 +144,8 @@ async def _traces(input: ScanInput, store: Store, out: str, s3_endpoint_url: str
 
 
 async def _env(input: ScanInput, store: Store, out: str) -> ScanResult:
-    from gymflow.envs.registry import UnknownEnvError, env_class
+    from gymflow.envs.errors import UnknownEnvError
+    from gymflow.envs.registry import env_class
 
     name = input.source.location
     count = math.ceil(input.n * ENV_OVERSAMPLE) + 16

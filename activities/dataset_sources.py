@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from gymflow.activities.storage import StorageError, parse_s3_uri, s3_client
+from gymflow.activities.storage import parse_s3_uri, s3_client
+from gymflow.envs.errors import StorageError
 
 
 @dataclass(frozen=True)

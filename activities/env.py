@@ -35,20 +35,19 @@ from gymflow.activities.context_cache import ContextCache
 from gymflow.activities.heartbeat import heartbeating, third_of_timeout
 from gymflow.envs.contract import (
     BaseEnv,
-    InfraError,
     Message,
     Reward,
-    RolloutNotFound,
     Task,
+    TerminationReason,
     ToolCall,
-    ToolError,
     ToolResult,
     ToolSpec,
     Trajectory,
     Wire,
     json_bytes,
 )
-from gymflow.envs.registry import EnvFileError, UnknownEnvError, env_class, storage_name
+from gymflow.envs.errors import EnvFileError, InfraError, RolloutNotFound, ToolError, UnknownEnvError
+from gymflow.envs.registry import env_class, storage_name
 from gymflow.envs.rewards.rubric import Rubric
 from gymflow.workers.admission import Admission, Step
 
@@ -299,7 +298,10 @@ class EnvActivities:
         except RolloutNotFound as exc:
             raise errors.non_retryable(str(exc), type=errors.ROLLOUT_NOT_FOUND) from exc
         except InfraError as exc:
-            raise errors.non_retryable(str(exc), type=errors.ENV_ERROR) from exc
+            # A reward machinery that ran and could not score (a Harbor verifier that crashed or timed
+            # out) ends the rollout reward_error; any other infra failure (the state is gone) is recovered.
+            kind = errors.REWARD_ERROR if getattr(exc, "termination", None) == TerminationReason.REWARD_ERROR else None
+            raise errors.non_retryable(str(exc), type=kind or errors.ENV_ERROR) from exc
         except ApplicationError:
             raise  # typed by its own boundary (a judge endpoint, storage)
         except (ValidationError, ValueError, TypeError) as exc:

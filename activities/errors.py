@@ -38,10 +38,10 @@ the rollout (`BaseEnv.unavailable`); once the attempts are spent the rollout end
 ROLLOUT_NOT_FOUND = "RolloutNotFound"
 """Non-retryable: this worker holds no state for the rollout (released, or the worker restarted)."""
 REWARD_ERROR = "RewardError"
+"""Non-retryable: the reward function raised or returned a non-finite value."""
 CONTEXT_MISSING = "TurnContextMissing"
 """Non-retryable: a fused turn named a conversation this node no longer holds
 (gymflow.activities.context_cache); the workflow sends the turn again whole."""
-"""Non-retryable: the reward function raised or returned a non-finite value."""
 
 # Inputs
 INVALID_INPUT = "InvalidInput"
@@ -51,6 +51,12 @@ SESSION_ENDED = "SessionEnded"
 
 # Storage
 STORAGE_ERROR = "StorageError"
+
+# Training runs
+TRAINING_CONFIG = "TrainingConfigError"
+"""Non-retryable: the run's config is invalid; the message names every field at fault."""
+TRAINER_FAILED = "TrainerFailed"
+"""Non-retryable: the trainer exited with an error; the message holds its last log lines."""
 
 
 def retryable(message: str, *, type: str, retry_after: float | None = None) -> ApplicationError:

@@ -3,8 +3,8 @@ while a slow but live call keeps its activity open (a hung tool told apart from 
 
 The call is awaited in the activity's own task, and a timer on the event loop heartbeats beside it:
 no task per call, no wake-ups of the awaiting task. Each model turn and tool call of a rollout goes
-through here, and the task-and-wait form cost 0.54 ms of CPU per 10-turn rollout (~25 µs a call;
-this form saves 0.35 of it, in-process paired ablation). Cancelling the activity cancels the awaited
+through here, so what this costs per call is paid on every step of every rollout; the task-and-wait
+form cost measurably more CPU (docs/benchmarks.md). Cancelling the activity cancels the awaited
 call with it. Outside an activity (an env driven directly) there is nothing to heartbeat.
 """
 
@@ -45,3 +45,12 @@ def third_of_timeout(floor_s: float, default_s: float | None = None) -> float | 
         return None
     timeout = activity.info().heartbeat_timeout
     return max(timeout.total_seconds() / 3, floor_s) if timeout else default_s
+
+
+async def with_heartbeats(awaitable: Awaitable[T]) -> T:
+    """Await, heartbeating at a third of the heartbeat timeout when the activity has one.
+
+    A long call (a generation, a dataset batch) then reveals a dead worker within the heartbeat
+    timeout instead of start_to_close, and activity cancellation reaches the call.
+    """
+    return await heartbeating(awaitable, third_of_timeout(0.05))

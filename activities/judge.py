@@ -32,17 +32,12 @@ import aiohttp
 from pydantic import Field
 from temporalio import activity
 
+from gymflow.activities.chat_endpoint import ChatEndpoint, EndpointErrors, chat_body, completion_usage
 from gymflow.activities.errors import JUDGE_ERROR, JUDGE_REJECTED, JUDGE_REPLY_INVALID, retryable
-from gymflow.activities.model import ChatEndpoint, EndpointErrors, ModelConfig, chat_body, completion_usage
+from gymflow.activities.model import ModelConfig
 from gymflow.envs.contract import Message, Reward, Usage, Wire
-from gymflow.envs.rewards.judge import (
-    JudgeParseError,
-    JudgeVerdict,
-    OutOfRange,
-    parse_judge_reply,
-    render_judge_prompt,
-    verdict_reward,
-)
+from gymflow.envs.errors import JudgeParseError
+from gymflow.envs.rewards.judge import JudgeVerdict, OutOfRange, parse_judge_reply, render_judge_prompt, verdict_reward
 from gymflow.envs.rewards.rubric import Rubric
 
 JUDGE_ENDPOINT = EndpointErrors(

@@ -14,49 +14,25 @@ help (see `gymflow.activities.errors`):
 `ModelConfig` travels in workflow input and history, so it holds no secrets: the API key is worker
 configuration, passed to `ModelActivities`, and scrubbed from every error message.
 
-The HTTP half (`ChatEndpoint`: the owned client, the key, heartbeats and the error mapping) is
-shared with the judge activity (`gymflow.activities.judge`), which maps the same failures to its own
-error types (`EndpointErrors`).
+The HTTP half (gymflow.activities.chat_endpoint: the owned client, the key, heartbeats and the
+error mapping) is shared with the judge activity (`gymflow.activities.judge`), which maps the same
+failures to its own error types (`EndpointErrors`).
 """
 
 from __future__ import annotations
 
-import email.utils
-import json
-import math
-import time
-import urllib.request
-from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
-from urllib.parse import urlsplit
+from typing import Any, Literal
 
 import aiohttp
 from pydantic import Field
 from temporalio import activity
 
-from gymflow.activities.errors import CONTEXT_LENGTH, MODEL_ERROR, MODEL_REJECTED, non_retryable, retryable
-from gymflow.activities.heartbeat import heartbeating, third_of_timeout
+from gymflow.activities.chat_endpoint import ChatEndpoint, EndpointErrors, chat_body, completion_usage
+from gymflow.activities.errors import MODEL_ERROR, MODEL_REJECTED, non_retryable
 from gymflow.envs.contract import Message, ToolSpec, Usage, Wire, json_bytes
 from gymflow.envs.wire import chat
 from gymflow.envs.wire.images import render_messages_with_images
 from gymflow.envs.wire.tokens import TokenPrefix, TurnTokens, completion_token_data, turn_tokens
-
-_T = TypeVar("_T")
-
-_RETRYABLE_STATUS = frozenset({408, 409, 429})
-_CONTEXT_MARKERS = (
-    "maximum context length",
-    "context_length_exceeded",
-    "maximum model length",
-    "context window",
-    "too long",
-)
-_EXCERPT_CHARS = 300
-
-
-KEEPALIVE_S = 4.0
-"""Seconds an idle connection to a model endpoint is kept for reuse."""
 
 
 class ModelConfig(Wire):
@@ -142,20 +118,6 @@ class GenerateResult(Wire):
     """This turn's prompt + completion, for the next turn's `GenerateInput.token_prefix`."""
 
 
-@dataclass(frozen=True)
-class EndpointErrors:
-    """How one OpenAI-compatible boundary names its failures (see the module docstring)."""
-
-    retryable: str
-    """ApplicationError type of failures a later attempt may not have."""
-    rejected: str
-    """ApplicationError type of requests the endpoint will never accept."""
-    name: str
-    """The endpoint's name in messages (``model``, ``judge``)."""
-    url_source: str
-    """Where its URL comes from, named when the URL is missing or invalid."""
-
-
 REPLY_SLACK_BYTES = 64 * 1024
 """Room a reply leaves, under the payload limit, for the rest of what carries it."""
 MODEL_ENDPOINT = EndpointErrors(
@@ -164,168 +126,6 @@ MODEL_ENDPOINT = EndpointErrors(
     name="model",
     url_source="ModelConfig.base_url or the worker's default model URL",
 )
-
-
-class ChatEndpoint:
-    """POSTs to OpenAI-compatible ``/chat/completions`` endpoints with gymflow's error mapping.
-
-    Args:
-        errors: The error types to raise.
-        api_key: Sent as ``Authorization: Bearer``; never logged or put in errors.
-        http: A client to use instead of the owned one (tests); the caller closes it.
-    """
-
-    def __init__(
-        self, *, errors: EndpointErrors, api_key: str | None = None, http: aiohttp.ClientSession | None = None
-    ) -> None:
-        self.errors = errors
-        self._api_key = api_key
-        self._owns_http = http is None
-        self._http = http
-        self._proxies: dict[tuple[str, str], str | None] = {}
-
-    def _session(self) -> aiohttp.ClientSession:
-        # Made on first use, inside the worker's event loop. aiohttp, not httpx: at 16-128 requests
-        # in flight httpx spent 3.2 ms of CPU per request (its pool polls every idle connection's
-        # socket per request), aiohttp 0.3 ms (bench/: the model client was 21% of the worker's CPU
-        # at saturation). No pool cap: the worker's activity slots bound it. Idle connections are
-        # dropped before uvicorn's 5 s keep-alive (vLLM's and SGLang's servers) closes them: reusing
-        # one the server is closing fails the request (a disconnect the bench saw, costing a retry).
-        # HTTP(S)_PROXY / NO_PROXY apply (`_proxy`), as they did with httpx; not through aiohttp's
-        # trust_env, which reads the environment and ~/.netrc in a thread for every request.
-        if self._http is None:
-            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
-            self._http = aiohttp.ClientSession(connector=connector)
-        return self._http
-
-    def _proxy(self, url: str) -> str | None:
-        """The proxy the environment sets for `url`'s host (None: direct), looked up once per host."""
-        parts = urlsplit(url)
-        key = (parts.scheme, parts.netloc)
-        if key not in self._proxies:
-            proxies = urllib.request.getproxies_environment()
-            host = parts.hostname or ""
-            bypass = urllib.request.proxy_bypass_environment(host, proxies)  # type: ignore[attr-defined]
-            self._proxies[key] = None if bypass else proxies.get(parts.scheme)
-        return self._proxies[key]
-
-    async def aclose(self) -> None:
-        """Close the owned HTTP client (a client passed in is left to its owner)."""
-        if self._owns_http and self._http is not None:
-            await self._http.close()
-            self._http = None
-
-    async def complete(self, base_url: str | None, body: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
-        """One chat completion, heartbeating while it runs (see `_heartbeating`).
-
-        Args:
-            base_url: The endpoint including ``/v1``; None or empty is a rejected request.
-            body: The request body.
-            timeout_s: Seconds to wait for the answer (connecting: at most 30).
-
-        Returns:
-            The response body, checked to have the shape of a chat completion
-            (``choices[0].message`` an object).
-
-        Raises:
-            ApplicationError: ``errors.retryable`` for connection failures, timeouts, HTTP
-                408/409/429/5xx (with Retry-After as ``next_retry_delay``) and a 200 that is not a
-                chat completion; non-retryable ``CONTEXT_LENGTH`` for a 400 about the context
-                length; non-retryable ``errors.rejected`` for other 4xx and missing or invalid URLs.
-        """
-        name, source = self.errors.name, self.errors.url_source
-        if not base_url:
-            raise non_retryable(f"no {name} endpoint: set {source}", type=self.errors.rejected)
-        url = base_url.rstrip("/") + "/chat/completions"
-        if not _is_http_url(url):  # a bad URL will not get better
-            raise non_retryable(
-                self.scrub(f"invalid {name} endpoint {url!r} ({source}): not an http(s) URL with a host"),
-                type=self.errors.rejected,
-            )
-        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        timeout = aiohttp.ClientTimeout(total=timeout_s, connect=min(timeout_s, 30.0))
-        try:
-            response = await _heartbeating(self._post(url, body, headers, timeout))
-        except aiohttp.InvalidURL as exc:
-            raise non_retryable(
-                self.scrub(f"invalid {name} endpoint {url!r} ({source}): {exc}"), type=self.errors.rejected
-            ) from None
-        except (aiohttp.ClientError, TimeoutError) as exc:  # connect/read/write errors and timeouts
-            detail = str(exc) or "timed out"
-            raise retryable(
-                self.scrub(f"{name} request to {url} failed: {type(exc).__name__}: {detail}"),
-                type=self.errors.retryable,
-            ) from None
-        status = response.status
-        excerpt = self.scrub(" ".join(response.text.split())[:_EXCERPT_CHARS])
-        if not 200 <= status < 300:
-            error = f"{name} endpoint returned HTTP {status}: {excerpt}"
-            if status in _RETRYABLE_STATUS or status >= 500:
-                retry_after = _retry_after(response.headers.get("retry-after"))
-                raise retryable(error, type=self.errors.retryable, retry_after=retry_after)
-            if status == 400 and any(marker in response.text.lower() for marker in _CONTEXT_MARKERS):
-                raise non_retryable(error, type=CONTEXT_LENGTH)
-            raise non_retryable(error, type=self.errors.rejected)
-        completion = _completion(response)
-        if completion is None:
-            # Retried, not rejected: a 200 that is not a chat completion is usually a proxy or load
-            # balancer answering for a server that is restarting, which a later attempt outlives.
-            raise retryable(
-                f"{name} endpoint returned a 200 that is not a chat completion: {excerpt}", type=self.errors.retryable
-            )
-        return completion
-
-    async def _post(
-        self, url: str, body: dict[str, Any], headers: dict[str, str], limits: aiohttp.ClientTimeout
-    ) -> _Response:
-        post = self._session().post(url, json=body, headers=headers, timeout=limits, proxy=self._proxy(url))
-        async with post as response:
-            content = await response.read()
-            return _Response(status=response.status, headers=response.headers, content=content)
-
-    def scrub(self, text: str) -> str:
-        """Remove the API key from text that may end up in an error (servers echo headers)."""
-        return text.replace(self._api_key, "***") if self._api_key else text
-
-
-def chat_body(
-    config: ModelConfig, messages: list[dict[str, Any]], *, default_model: str = "", tools: Any = None
-) -> dict[str, Any]:
-    """A chat completion request: messages, model name, tools, the sampling settings that are set,
-    and `ModelConfig.extra_body` merged in last."""
-    body: dict[str, Any] = {"messages": messages}
-    model = config.model or default_model
-    if model:  # vLLM and SGLang serve their only model when none is named
-        body["model"] = model
-    if tools is not None:
-        body["tools"] = tools
-    sampling = {
-        "temperature": config.temperature,
-        "top_p": config.top_p,
-        "max_tokens": config.max_tokens,
-        "seed": config.seed,
-        "stop": config.stop,
-    }
-    body.update((key, value) for key, value in sampling.items() if value is not None)
-    if config.tokens != "off":
-        body.update(logprobs=True, top_logprobs=0, return_token_ids=True)
-        if config.tokens == "vllm":
-            body["return_tokens_as_token_ids"] = True
-    body.update(config.extra_body)
-    return body
-
-
-def completion_usage(completion: dict[str, Any]) -> Usage:
-    """The token counts of a chat completion (0 where the server left them out)."""
-    usage = completion.get("usage")
-    if not isinstance(usage, dict):  # some servers leave usage out
-        usage = {}
-    prompt_tokens = _int(usage.get("prompt_tokens"))
-    return Usage(
-        prompt_tokens=prompt_tokens,
-        completion_tokens=_int(usage.get("completion_tokens")),
-        last_prompt_tokens=prompt_tokens,
-    )
 
 
 class ModelActivities:
@@ -405,68 +205,3 @@ class ModelActivities:
                 type=MODEL_ERROR,
             )
         return result
-
-
-async def _heartbeating(awaitable: Awaitable[_T]) -> _T:
-    """Await, heartbeating at a third of the heartbeat timeout when the activity has one.
-
-    A long generation then reveals a dead worker within the heartbeat timeout instead of
-    start_to_close, and activity cancellation reaches the request.
-    """
-    return await heartbeating(awaitable, third_of_timeout(0.05))
-
-
-@dataclass(frozen=True)
-class _Response:
-    """A finished HTTP response, read whole."""
-
-    status: int
-    headers: Mapping[str, str]
-    content: bytes
-
-    @property
-    def text(self) -> str:
-        return self.content.decode("utf-8", errors="replace")
-
-
-def _is_http_url(url: str) -> bool:
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # e.g. an unbalanced IPv6 bracket
-        return False
-    return parts.scheme in ("http", "https") and bool(parts.hostname)
-
-
-def _completion(response: _Response) -> dict[str, Any] | None:
-    """The JSON body if it has the shape of a chat completion (``choices[0].message`` an object)."""
-    try:
-        body = json.loads(response.content)
-    except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
-        return None
-    if not isinstance(body, dict):
-        return None
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return None
-    return body if isinstance(choices[0].get("message"), dict) else None
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        pass
-    else:
-        return max(seconds, 0.0) if math.isfinite(seconds) else None
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(when.timestamp() - time.time(), 0.0)
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -21,8 +21,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from gymflow.activities import errors
-from gymflow.activities.storage import StorageActivities, StorageError, read_trajectories
+from gymflow.activities.storage import StorageActivities, read_trajectories
 from gymflow.envs.contract import Wire
+from gymflow.envs.errors import StorageError
 from gymflow.envs.eval import stats
 from gymflow.envs.eval.html import render_report
 from gymflow.envs.eval.report import BatchRef

@@ -23,14 +23,11 @@ from temporalio.contrib.aws.s3driver import S3StorageDriverClient
 from temporalio.exceptions import ApplicationError
 
 from gymflow.activities import errors
-from gymflow.envs.contract import DatasetError, Task, Trajectory, Wire
+from gymflow.envs.contract import Task, Trajectory, Wire
 from gymflow.envs.datagen.format import tasks_from_jsonl, to_jsonl
+from gymflow.envs.errors import DatasetError, StorageError
 from gymflow.envs.registry import dataset_page, page_of
 from gymflow.workers.admission import Admission
-
-
-class StorageError(RuntimeError):
-    """A URI that cannot be used, or an object that cannot be read or written."""
 
 
 class Store(ABC):
@@ -275,7 +272,8 @@ class StorageActivities:
     @activity.defn(name="load_tasks")
     async def load_tasks(self, input: LoadTasksInput) -> list[Task]:
         """One page of an env's dataset, so a batch never holds a whole dataset in its history."""
-        from gymflow.envs.registry import UnknownEnvError, env_class
+        from gymflow.envs.errors import UnknownEnvError
+        from gymflow.envs.registry import env_class
 
         if is_object_uri(input.dataset):  # a training run's uploaded split: Task JSONL in storage
             try:

@@ -21,7 +21,7 @@ from typing import Any
 from temporalio import activity
 
 from gymflow.activities import errors
-from gymflow.activities.training import resources
+from gymflow.activities.training_checks import resources
 from gymflow.deploy import training as backends
 from gymflow.envs.contract import Wire
 from gymflow.workflows import names

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import sys
 import time
 import urllib.request
@@ -27,20 +26,18 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from gymflow.activities import errors
-from gymflow.activities.bundle import Bundle, BundleError, build_bundle, read_splits, sha256
+from gymflow.activities.bundle import Bundle, build_bundle, read_splits, sha256
 from gymflow.activities.comparison import compare_batches
 from gymflow.activities.model import ModelConfig
-from gymflow.activities.storage import StorageError, open_store, read_trajectories
+from gymflow.activities.storage import open_store, read_trajectories
+from gymflow.activities.training_checks import check_config
 from gymflow.deploy import training as backends
-from gymflow.envs.contract import BaseEnv, DatasetError, Task, Wire
+from gymflow.envs.contract import BaseEnv, Task, Wire
 from gymflow.envs.datagen.format import to_jsonl
-from gymflow.envs.registry import EnvFileError, UnknownEnvError, env_class
+from gymflow.envs.errors import BundleError, DatasetError, StorageError
+from gymflow.envs.registry import env_class
 from gymflow.workflows.training_schema import CheckpointReport, EvalSummary, PreparedRun, RunConfig, TrainerSpec
 
-TRAINING_CONFIG = "TrainingConfigError"
-"""Non-retryable: the run's config is invalid; the message names every field at fault."""
-TRAINER_FAILED = "TrainerFailed"
-"""Non-retryable: the trainer exited with an error; the message holds its last log lines."""
 SERVICE_START_S = 60.0
 
 
@@ -97,75 +94,7 @@ class ManifestInput(Wire):
     manifest: dict[str, Any]
 
 
-def check_config(config: RunConfig, *, require_skypilot: bool = True) -> list[str]:
-    """Every static problem of `config` as `field: message` (empty when it is fine).
-
-    Shared by the validate activity and `gymflow train launch`, which refuses a bad config before
-    it starts anything. SkyPilot tasks are parsed by the real skypilot (`sky.Task`), resources
-    included; without skypilot installed that is a problem unless `require_skypilot` is False
-    (`--dryrun` only prints the task).
-    """
-    problems = []
-    cls: type[BaseEnv] | None = None
-    try:
-        cls = env_class(config.env)
-    except (UnknownEnvError, EnvFileError) as exc:
-        problems.append(f"env: {exc}")  # its policies cannot be checked; everything else still is
-    for field, ref in (("baseline", config.baseline), ("validation.smoke_policy", config.validation.smoke_policy)):
-        if cls is not None and ref is not None and ref.policy is not None:
-            try:
-                cls.baseline_policy(ref.policy)
-            except (ValueError, NotImplementedError) as exc:
-                problems.append(f"{field}.policy: {exc}")
-    trainer = config.trainer
-    workdir = Path(trainer.workdir)
-    if not workdir.is_dir():
-        problems.append(f"trainer.workdir: no directory {workdir.resolve()}")
-    if trainer.backend == "local":
-        problems += _local_resources(config)
-        program = trainer.command[0] if trainer.command else ""
-        if not program or not (shutil.which(program) or (workdir / program).is_file() or program == "python"):
-            problems.append(f"trainer.command: cannot find {program!r}")
-    else:
-        task_file = workdir / trainer.task_file
-        if not task_file.is_file():
-            problems.append(f"trainer.task_file: no file {task_file}")
-        else:
-            try:
-                backends.validate_task(backends.task_config(task_file, env={}, resources=resources(config)))
-            except RuntimeError as exc:
-                if require_skypilot:
-                    problems.append(f"trainer.backend: {exc}")
-            except ValueError as exc:
-                problems.append(f"trainer: {exc}")
-    return problems
-
-
-def resources(config: RunConfig) -> dict[str, Any]:
-    """The trainer's resources as SkyPilot reads them (unset keys left out)."""
-    return config.trainer.resources.model_dump(exclude_none=True)
-
-
-def _local_resources(config: RunConfig) -> list[str]:
-    resources = config.trainer.resources
-    problems = []
-    cpus = resources.minimum("cpus")
-    if cpus is not None and cpus > (os.cpu_count() or 1):
-        problems.append(
-            f"trainer.resources.cpus: the local backend has {os.cpu_count()} CPUs, the run asks for {cpus:g}"
-        )
-    memory = resources.minimum("memory")
-    total_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
-    if memory is not None and memory > total_gb:
-        problems.append(
-            f"trainer.resources.memory: the local backend has {total_gb:.0f} GB, the run asks for {memory:g}"
-        )
-    if resources.accelerators:
-        problems.append("trainer.resources.accelerators: the local backend has no accelerators (use backend: skypilot)")
-    return problems
-
-
-def _fail(message: str, type: str = TRAINING_CONFIG) -> Exception:
+def _fail(message: str, type: str = errors.TRAINING_CONFIG) -> Exception:
     return errors.non_retryable(message, type=type)
 
 

@@ -3,7 +3,7 @@
 A classic rollout turn is two or more activities: `generate` on the shared queue, then one
 `call_tool` per tool call on the rollout's node queue. Each costs the Temporal server two round
 trips and its own history events, and on a small deployment the server's CPU per activity is what
-bounds throughput (README, Benchmarks). `play_turn` runs on the node queue (the rollout's servers
+bounds throughput (docs/benchmarks.md). `play_turn` runs on the node queue (the rollout's servers
 live there): it asks the model, runs the reply's tool calls on the rollout's state, and when the
 reply is a final answer that fits the rollout's payload budget, computes the reward and frees the
 state — one activity per turn, and none for the reward.

@@ -1,1 +1,1 @@
-"""gymflow benchmarks: `python -m bench.run [--quick]` (see README "Benchmarks")."""
+"""gymflow benchmarks: `python -m bench.run [--quick]` and the others; figures and history in docs/benchmarks.md."""

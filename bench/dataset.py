@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.procs import ROOT, Procs, free_port, load, measured, start_server
+from gymflow.activities.chat_endpoint import ChatEndpoint, chat_body
 from gymflow.activities.dataset_models import DatasetSource, GenerationOptions
 from gymflow.activities.judge import JUDGE_ENDPOINT
-from gymflow.activities.model import MODEL_ENDPOINT, ChatEndpoint, ModelConfig, chat_body
+from gymflow.activities.model import MODEL_ENDPOINT, ModelConfig
 from gymflow.envs.builtin.search.sample import write_sample_corpus
 from gymflow.envs.contract import Task
 from gymflow.envs.datagen import format as fmt
@@ -158,12 +159,13 @@ async def gymflow(
     client: Any, queue: str, corpus: Path, out: Path, *, n: int, options: GenerationOptions, batch: int, window: int
 ) -> tuple[int, dict[str, Any]]:
     from gymflow.workflows.dataset import DatasetGenerationWorkflow
+    from gymflow.workflows.names import dataset_queue
     from gymflow.workflows.schema import DatasetInput
 
     input = DatasetInput(source=DatasetSource(kind="corpus", location=str(corpus)), n=n, out=str(out),
                          options=options, batch_size=batch, window=window)  # fmt: skip
     result = await client.execute_workflow(
-        DatasetGenerationWorkflow.run, input, id=f"bench-ds-{uuid.uuid4().hex[:8]}", task_queue=queue
+        DatasetGenerationWorkflow.run, input, id=f"bench-ds-{uuid.uuid4().hex[:8]}", task_queue=dataset_queue(queue)
     )
     return result.accepted, {"rejected": result.rejected, "calls_made": result.calls_made}
 

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from bench.bare import BareActivities, BareRolloutWorkflow
 from bench.direct import DirectRunner
@@ -38,13 +37,14 @@ gymflow's (gymflow.workers.sandbox_runner), to measure what that runner alone gi
 
 @contextlib.asynccontextmanager
 async def bare_worker(client: Client, settings: Settings) -> AsyncIterator[None]:
-    from gymflow.workers.worker import SANDBOX_RESTRICTIONS, WORKFLOW_RUNNER, worker_tuning
+    from gymflow.workers.sandbox_runner import workflow_runner
+    from gymflow.workers.worker import worker_tuning
 
     queue = node_queue(settings.task_queue, settings.node_id)
     # Bare Temporal runs its workflows in the SDK's own sandbox runner (gymflow's passthrough list,
     # so its imports cost the same); GYMFLOW_BENCH_BARE_RUNNER=gymflow gives it gymflow's runner.
     stock = os.environ.get(BARE_RUNNER_VAR, "stock") != "gymflow"
-    runner = SandboxedWorkflowRunner(restrictions=SANDBOX_RESTRICTIONS) if stock else WORKFLOW_RUNNER
+    runner = workflow_runner("stock" if stock else "fast")
     acts = BareActivities(queue, work=DirectRunner(BenchEnv(workspace_root=settings.workspace_root / "bare")))
     shared = Worker(
         client,

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,8 @@ class FleetSpec:
     temporal_address: str
     task_queue: str
     namespace: str = "default"
+    roles: Sequence[str] | None = None
+    """The roles every node of the fleet serves (gymflow.workers.roles); None: the task file's."""
     infra: str | None = None
     """SkyPilot infra, e.g. `aws`, `gcp/us-central1`, `k8s`."""
     cluster: str = DEFAULT_CLUSTER
@@ -116,6 +118,7 @@ def task_config(spec: FleetSpec, environ: Mapping[str, str] | None = None) -> di
         "GYMFLOW_TEMPORAL_ADDRESS": spec.temporal_address,
         "GYMFLOW_TASK_QUEUE": spec.task_queue,
         "GYMFLOW_NAMESPACE": spec.namespace,
+        **({"GYMFLOW_WORKER_ROLES": ",".join(spec.roles)} if spec.roles else {}),
         **spec.env,
     }
     secrets = {name: environ.get(name) for name in config.get("secrets") or {}}
@@ -150,7 +153,8 @@ def _block_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _BlockDumper.add_representer(str, _block_str)
 
 
-def _sky() -> Any:
+def import_sky() -> Any:
+    """The `sky` module (SkyPilot's Python API), imported on first use: skypilot is an optional extra."""
     try:
         import sky
     except ImportError as exc:
@@ -160,7 +164,7 @@ def _sky() -> Any:
 
 def launch_skypilot(spec: FleetSpec) -> Any:
     """Launch (or update) the SkyPilot cluster and start a worker on each node; returns the job id."""
-    sky = _sky()
+    sky = import_sky()
     task = sky.Task.from_yaml_config(task_config(spec))
     request_id = sky.launch(task, cluster_name=spec.cluster)
     job_id, _handle = sky.stream_and_get(request_id)
@@ -169,7 +173,7 @@ def launch_skypilot(spec: FleetSpec) -> Any:
 
 def down_skypilot(cluster: str = DEFAULT_CLUSTER) -> None:
     """Tear the SkyPilot cluster down."""
-    sky = _sky()
+    sky = import_sky()
     sky.stream_and_get(sky.down(cluster))
 
 
@@ -228,7 +232,7 @@ def down_local(*, data_dir: Path, ranks: list[int] | None = None, timeout_s: flo
         stopped.append(record["pid"])
     _wait_gone(stopped, timeout_s)
     for pid in stopped:
-        if _alive(pid):
+        if pid_alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
     _wait_gone(stopped, KILL_CONFIRM_S)  # a SIGKILLed process still takes a moment to go
@@ -252,11 +256,11 @@ def _live_records(state: Path) -> list[dict[str, Any]]:
 
 def _wait_gone(pids: list[int], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(pid_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """Whether `pid` still runs; a child of ours that has exited is reaped on the way.
 
     /proc/PID/stat shows the main thread only: a multi-threaded worker whose main thread is done

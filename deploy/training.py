@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from gymflow.deploy.launcher import _alive, _sky
+from gymflow.deploy.launcher import import_sky, pid_alive
 from gymflow.envs.mcp.ledger import start_time
 
 TRAINER = "trainer"
@@ -137,7 +137,7 @@ class LocalJobs:
         """The job's shell lives, or any process of its group does (a child may outlive the shell,
         e.g. one that ignores the SIGTERM the shell died of)."""
         pid = int(record["pid"])
-        return (start_time(pid) == record["start"] and _alive(pid)) or group_alive(pid)
+        return (start_time(pid) == record["start"] and pid_alive(pid)) or group_alive(pid)
 
     def status(self, record: Mapping[str, Any]) -> JobStatus:
         """`running` while the process lives; then its exit code from the exit file."""
@@ -239,7 +239,7 @@ def validate_task(config: Mapping[str, Any]) -> None:
         RuntimeError: skypilot is not installed.
         ValueError: SkyPilot refuses the task; the message is SkyPilot's.
     """
-    sky = _sky()
+    sky = import_sky()
     try:
         sky.Task.from_yaml_config(dict(config))
     except Exception as exc:  # SkyPilot raises ValueError and its own config errors
@@ -252,7 +252,7 @@ def _job_name(run_id: str) -> str:
 
 def skypilot_find(run_id: str) -> int | None:
     """The id of the run's job on its cluster, or None when there is no such cluster or job."""
-    sky = _sky()
+    sky = import_sky()
     try:
         records = sky.stream_and_get(sky.queue(cluster_name(run_id)))
     except (sky.exceptions.ClusterDoesNotExist, sky.exceptions.ClusterNotUpError):
@@ -268,7 +268,7 @@ def skypilot_launch(run_id: str, config: Mapping[str, Any]) -> tuple[int, bool]:
     """Launch the trainer task on the run's cluster unless its job exists; returns (job id, reused)."""
     if (job_id := skypilot_find(run_id)) is not None:
         return job_id, True
-    sky = _sky()
+    sky = import_sky()
     task = sky.Task.from_yaml_config(dict(config))
     task.name = _job_name(run_id)
     job_id, _handle = sky.stream_and_get(sky.launch(task, cluster_name=cluster_name(run_id)))
@@ -276,7 +276,7 @@ def skypilot_launch(run_id: str, config: Mapping[str, Any]) -> tuple[int, bool]:
 
 
 def skypilot_status(run_id: str, job_id: int) -> JobStatus:
-    sky = _sky()
+    sky = import_sky()
     statuses = sky.stream_and_get(sky.job_status(cluster_name(run_id), [job_id])) or {}
     status = statuses.get(job_id)
     value = getattr(status, "value", status)
@@ -288,18 +288,18 @@ def skypilot_status(run_id: str, job_id: int) -> JobStatus:
 
 
 def skypilot_tail(run_id: str, job_id: int, lines: int = LOG_TAIL_LINES) -> str:
-    sky = _sky()
+    sky = import_sky()
     out = io.StringIO()
     sky.tail_logs(cluster_name(run_id), job_id, follow=False, tail=lines, output_stream=out)
     return "\n".join(out.getvalue().splitlines()[-lines:])
 
 
 def skypilot_cancel(run_id: str, job_id: int) -> None:
-    sky = _sky()
+    sky = import_sky()
     sky.stream_and_get(sky.cancel(cluster_name(run_id), job_ids=[job_id]))
 
 
 def skypilot_down(run_id: str) -> None:
-    sky = _sky()
+    sky = import_sky()
     with contextlib.suppress(sky.exceptions.ClusterDoesNotExist):
         sky.stream_and_get(sky.down(cluster_name(run_id)))

@@ -28,17 +28,10 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from gymflow.envs.contract import BaseEnv, ToolSpec
+from gymflow.envs.errors import EnvFileError, UnknownEnvError
 from gymflow.envs.mcp.env import McpEnv
 from gymflow.envs.policy import policy_aliases, policy_target
-from gymflow.envs.registry import (
-    BUILTIN,
-    EnvFileError,
-    UnknownEnvError,
-    available,
-    env_class,
-    is_env_file,
-    storage_name,
-)
+from gymflow.envs.registry import BUILTIN, available, env_class, is_env_file, storage_name
 
 DEFAULT_DATASET = "generated"
 """The dataset `gymflow eval` and `rollout` run without `--dataset`."""

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from gymflow.envs.contract import BaseEnv, Message, ToolCall, ToolSpec
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import NoBaselinePolicy, UnknownPolicy
 
 DEFAULT = "default"
 """The name that means an env's first policy (the CLI's `--policy` default)."""
@@ -80,14 +80,6 @@ class NullPolicy(Policy):
 PolicySpec = str | Callable[[], Policy]
 """`module:Class`, `path/to/file.py:Class` (absolute, or relative to the working directory), or a
 callable making the policy (a `Policy` subclass, a factory function)."""
-
-
-class UnknownPolicy(UserError, ValueError):
-    """The env has no policy of that name; the message lists the ones it has."""
-
-
-class NoBaselinePolicy(UserError, NotImplementedError):
-    """The env names no scripted policy, so without a model endpoint nothing can play it."""
 
 
 def policy_names(cls: type[BaseEnv]) -> list[str]:

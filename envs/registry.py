@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.envs.contract import BaseEnv, Task
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import UnknownEnvError
 
 ENTRY_POINT_GROUP = "gymflow.envs"
 
@@ -31,18 +31,8 @@ BUILTIN: dict[str, str] = {
     "search": "gymflow.envs.builtin.search.env:SearchEnv",
     "units": "gymflow.envs.examples.units:UnitsEnv",
     "crm": "gymflow.envs.builtin.crm.env:CrmEnv",
+    "harbor": "gymflow.envs.builtin.harbor.env:HarborEnv",
 }
-
-
-class UnknownEnvError(UserError, KeyError):
-    """No env is registered under that name."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "unknown env"
-
-
-class EnvFileError(UserError, ValueError):
-    """An env file is missing or invalid; the message names the file and the key at fault."""
 
 
 _registered: dict[str, type[BaseEnv]] = {}

@@ -34,6 +34,8 @@ _EXPORTS: dict[str, str] = {
     "register": "gymflow.envs.registry",
     "env_class": "gymflow.envs.registry",
     "UserError": "gymflow.envs.errors",
+    "ToolError": "gymflow.envs.errors",
+    "InfraError": "gymflow.envs.errors",
     # rollouts: inputs, results and the client
     "ModelConfig": "gymflow.activities.model",
     "RolloutInput": "gymflow.workflows.schema",
@@ -66,6 +68,7 @@ __all__ = [
     "EvalOptions",
     "GenerateOptions",
     "GroupResult",
+    "InfraError",
     "McpEnv",
     "Message",
     "ModelConfig",
@@ -81,6 +84,7 @@ __all__ = [
     "Task",
     "TerminationReason",
     "ToolCall",
+    "ToolError",
     "ToolResult",
     "ToolSpec",
     "Trajectory",
@@ -127,7 +131,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         ToolSpec,
         Trajectory,
     )
-    from gymflow.envs.errors import UserError
+    from gymflow.envs.errors import InfraError, ToolError, UserError
     from gymflow.envs.mcp.env import McpEnv
     from gymflow.envs.policy import Policy
     from gymflow.envs.registry import env_class, register

@@ -2,17 +2,22 @@
 
 A real podman, a fresh node id per test, nothing left behind.
 
-The tests skip when no engine is installed (`apt-get install podman runc`). The base image is made
-from Debian's packages on first use (a few minutes, once per machine).
+The tests skip when no engine is installed, naming the install command; with
+`GYMFLOW_CONTAINER_TEST_REQUIRE` set (.ci/run sets it once it installed the engine) they fail instead.
+The base image is made from Debian's packages on first use (a minute or two, once per machine): the
+tests that need it get `BOOTSTRAP_BUDGET_S` (`add_bootstrap_budget`), and the time it took is a figure.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import figures
 import pytest
 
 from gymflow.envs.runtime.container import ContainerRuntime
@@ -25,16 +30,36 @@ STATE_ROOT = Path("/var/tmp/gymflow-test-runtime")
 """Not under pytest's tmp_path: the capped disks are loop-mounted, and tmp_path may be a tmpfs."""
 
 
+REQUIRE_ENV = "GYMFLOW_CONTAINER_TEST_REQUIRE"
+BOOTSTRAP_BUDGET_S = 900
+"""Timeout of a test that may be the one making the base image (a fresh machine)."""
+
+
 def engine_or_skip() -> Engine:
     if shutil.which("podman") is None or shutil.which("mkfs.ext4") is None:
-        pytest.skip(f"no container engine on this machine: {INSTALL_HINT}")
+        message = f"no container engine on this machine: {INSTALL_HINT}"
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail(f"{message} ({REQUIRE_ENV} is set: the container tests are required)")
+        pytest.skip(message)
     return Engine.detect("podman")
+
+
+def add_bootstrap_budget(items: list[pytest.Item]) -> None:
+    """Give every test using `base_image` the time a first bootstrap takes (its default is 120 s)."""
+    for item in items:
+        if "base_image" in getattr(item, "fixturenames", ()) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(BOOTSTRAP_BUDGET_S))
 
 
 @pytest.fixture(scope="session")
 async def base_image() -> str:
     engine = engine_or_skip()
+    missing = not await engine.image_exists(BASE_IMAGE)
+    started = time.monotonic()
     await ensure_base(engine, BASE_IMAGE, state_dir=STATE_ROOT)
+    if missing:
+        figures.record("containers", f"{BASE_IMAGE} bootstrapped (mmdebstrap + import)", seconds=round(
+            time.monotonic() - started, 1))  # fmt: skip
     return BASE_IMAGE
 
 

@@ -2,7 +2,7 @@
 
 Tests call `record(section, scenario, **values)`; at the end of the session pytest prints every
 figure (tests/conftest.py), and with `GYMFLOW_FIGURES=path.json` set they are also written there,
-which is where the README's "Reliability" table comes from.
+which is where the reliability table of docs/benchmarks.md comes from.
 """
 
 from __future__ import annotations

@@ -35,11 +35,12 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import InfraError, UserError
 
 T = TypeVar("T")
 Step = Literal["start", "run", "reward"]
@@ -182,6 +183,10 @@ class Admission:
             # it all, and that traceback would otherwise become the message users read.
             exc.__cause__, exc.__suppress_context__ = None, True
             raise
+        except BrokenProcessPool as exc:
+            # A broken pool fails every call after it: the next call starts a fresh one.
+            self.shutdown()
+            raise InfraError(POOL_BROKEN) from exc
         if isinstance(outcome, _Unloadable):
             return await asyncio.to_thread(fn, *args, **kwargs)
         return cast(T, outcome)
@@ -196,6 +201,15 @@ class Admission:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+POOL_BROKEN = (
+    "the node's process pool stopped: one of its processes died (killed, or out of memory), or the "
+    "program that started gymflow runs its code when imported. The pool's processes start by importing "
+    "the program's main module, so a script that runs an eval, a batch or a worker must do it under "
+    '`if __name__ == "__main__":`'
+)
+"""Why a call failed when the pool broke under it (an InfraError: the rollout is recovered or flagged)."""
 
 
 class _Unloadable:

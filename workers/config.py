@@ -16,12 +16,17 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import quote
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gymflow.workers.admission import Capacity, usable_cpus
 from gymflow.workers.connection import Connection, ConnectionOptions, resolve
 from gymflow.workflows.names import TASK_QUEUE, command_queue
+
+WorkerRole = Literal["rollout", "judge", "dataset", "training"]
+"""What a worker can serve (gymflow.workers.roles): rollouts (workflows, model turns, env activities
+on its node queue), the LLM judge, dataset generation, training runs."""
+ROLES: tuple[WorkerRole, ...] = ("rollout", "judge", "dataset", "training")
 
 SERVER_RECORD = "server.json"
 """Written in the data dir by `gymflow server` (and the demo): the frontend and Web UI ports it serves,
@@ -53,6 +58,11 @@ class Settings(BaseSettings):
     runs a worker in its own process (`rollout`, `demo`, `eval`, `dataset generate`, `train launch
     --wait`) uses a queue of its own derived from it (`command_queue`); with `--no-worker` it
     starts its workflows here, for the `gymflow worker` fleet."""
+    worker_roles: Annotated[tuple[WorkerRole, ...], NoDecode] = ROLES
+    """The roles `gymflow worker` serves, comma-separated (`rollout,judge`); default all of them. Each
+    role polls queues of its own (gymflow.workers.roles), so a fleet can give nodes different roles:
+    every role must be served by some worker of the deployment for its work to run. A CLI command's
+    in-process worker serves the roles its command needs, whatever this says."""
     node_id: str = Field(default_factory=_default_node_id)
     """This worker's node id; its private queue is `<task_queue>@<node_id>`."""
     data_dir: Path = Path(".gymflow")
@@ -87,6 +97,9 @@ class Settings(BaseSettings):
     """How often the worker checks the workflows of the rollouts it holds against the server and
     frees the servers and workspaces of those that closed without releasing them (terminated,
     timed out, reset); each round also reaps what dead workers on this host left behind."""
+    runtime_state_dir: Path = Path("/var/tmp/gymflow-runtime")
+    """Where rollout containers keep their disks and the host's runtime lock files (shared by every
+    worker process of a host, so each one's reaper finds what a killed sibling left)."""
     max_server_starts: int | None = Field(default=None, ge=1)
     """MCP server starts (process + handshake) this node runs at once; more wait, heartbeating, and
     their handshake timeout runs from admission (gymflow.workers.admission). None: one per core."""
@@ -117,6 +130,11 @@ class Settings(BaseSettings):
     beyond the slots wait on the server, where they cost nothing. A workflow task stays open while
     a local-activity model turn (`ModelConfig.local_activity`) runs, so this also bounds how many
     of this worker's rollouts can be generating that way at once: raise it for local turns."""
+    workflow_runner: Literal["fast", "stock"] = "fast"
+    """How workflow code runs in the sandbox: `fast`, gymflow's runner (the SDK's sandbox without its
+    per-payload entries into it), or `stock`, the SDK's own `SandboxedWorkflowRunner`. Both apply the
+    same restrictions; `fast` falls back to `stock` by itself, with a warning, on an SDK whose
+    internals it does not know (gymflow.workers.sandbox_runner)."""
     workflow_threads: int | None = None
     """Threads that run workflow activations (None: one per workflow task slot, the SDK default)."""
     max_cached_workflows: int = 1000
@@ -145,7 +163,7 @@ class Settings(BaseSettings):
     """If set, the codec server requires this exact `Authorization` header value
     (`temporal ... --codec-auth VALUE`); unset, TEMPORAL_CODEC_AUTH, the value the temporal CLI sends."""
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
-    """Serve Prometheus metrics (the SDK's runtime metrics and gymflow's, gymflow.workers.telemetry) at
+    """Serve Prometheus metrics (the SDK's runtime metrics and gymflow's, gymflow.workers.metrics) at
     http://<metrics_host>:<port>/metrics from `gymflow worker`; with --processes N, child i serves port + i."""
     metrics_host: str = "0.0.0.0"
     """Interface the metrics endpoint listens on."""
@@ -172,6 +190,17 @@ class Settings(BaseSettings):
             gymflow_address=self.temporal_address if "temporal_address" in given else None,
             gymflow_namespace=self.namespace if "namespace" in given else None,
         )
+
+    @field_validator("worker_roles", mode="before")
+    @classmethod
+    def _split_roles(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list | tuple):
+            if not value:
+                raise ValueError(f"name at least one role of {', '.join(ROLES)}")
+            return tuple(dict.fromkeys(value))  # once each, in the order given
+        return value
 
     def command_queue(self, command: str, key: str | None = None) -> Settings:
         """These settings with a task queue of one CLI command's own (gymflow.workflows.names.command_queue).

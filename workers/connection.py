@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS, DataSource
 from temporalio.service import TLSConfig
 
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import ConnectionConfigError, ConnectionFailed
 
 T = TypeVar("T")
 
@@ -48,14 +48,6 @@ DEFAULT_NAMESPACE = "default"
 CONNECT_TIMEOUT_S = 10.0
 """How long dialing a cluster (TCP, TLS handshake, the first RPC) may take before it is an error."""
 LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost"})
-
-
-class ConnectionConfigError(UserError, ValueError):
-    """The connection configuration itself is wrong (an unknown profile, an unreadable file)."""
-
-
-class ConnectionFailed(UserError, RuntimeError):
-    """The cluster could not be reached or refused this client; the message says why and what to fix."""
 
 
 @dataclass(frozen=True)

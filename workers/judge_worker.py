@@ -16,12 +16,33 @@ each other). Scheduling side: workflows run the ``judge`` activity with
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from gymflow.activities.judge import JudgeActivities
 from gymflow.workflows.names import JUDGE_TASK_QUEUE
+
+
+def judge_queue_options(*, rate_per_second: float | None, max_concurrent_activities: int = 64) -> dict[str, Any]:
+    """`Worker` options of a judge queue's worker: the queue-wide rate limit and the calls in flight.
+
+    Args:
+        rate_per_second: Judge calls per second started across ALL workers of the judge queue
+            (``max_task_queue_activities_per_second``); None for no limit. Give every judge
+            worker the same value.
+        max_concurrent_activities: Judge calls in flight on this worker at once.
+
+    Raises:
+        ValueError: `rate_per_second` is not a positive finite number.
+    """
+    if rate_per_second is not None and not (math.isfinite(rate_per_second) and rate_per_second > 0):
+        raise ValueError(f"rate_per_second must be a positive number or None, got {rate_per_second!r}")
+    return {
+        "max_concurrent_activities": max_concurrent_activities,
+        "max_task_queue_activities_per_second": rate_per_second,
+    }
 
 
 def judge_worker(
@@ -49,12 +70,5 @@ def judge_worker(
     Raises:
         ValueError: `rate_per_second` is not a positive finite number.
     """
-    if rate_per_second is not None and not (math.isfinite(rate_per_second) and rate_per_second > 0):
-        raise ValueError(f"rate_per_second must be a positive number or None, got {rate_per_second!r}")
-    return Worker(
-        client,
-        task_queue=task_queue,
-        activities=[activities.judge],
-        max_concurrent_activities=max_concurrent_activities,
-        max_task_queue_activities_per_second=rate_per_second,
-    )
+    options = judge_queue_options(rate_per_second=rate_per_second, max_concurrent_activities=max_concurrent_activities)
+    return Worker(client, task_queue=task_queue, activities=[activities.judge], **options)

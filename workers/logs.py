@@ -76,6 +76,18 @@ def core_telemetry() -> TelemetryConfig:
     return TelemetryConfig(logging=LoggingConfig(filter=filter_, forwarding=forwarding))
 
 
+def _info_details(info: temporalio.activity.Info) -> dict[str, Any]:
+    # What the SDK's activity logger adds to a record (its `extra`), read from Info's public fields.
+    return {
+        "activity_id": info.activity_id,
+        "activity_type": info.activity_type,
+        "attempt": info.attempt,
+        "workflow_id": info.workflow_id,
+        "workflow_run_id": info.workflow_run_id,
+        "workflow_type": info.workflow_type,
+    }
+
+
 def _activity_fields(details: Mapping[str, Any]) -> dict[str, Any]:
     fields = {
         "workflow_id": details.get("workflow_id"),
@@ -123,7 +135,7 @@ def temporal_context(_: Any, __: str, event: MutableMapping[str, Any]) -> Mutabl
             if key not in _RECORD_ATTRS and key not in _TEMPORAL_EXTRAS and not key.startswith("_"):
                 found[key] = value
     if "activity" not in found and temporalio.activity.in_activity():
-        found |= _activity_fields(temporalio.activity.info()._logger_details())
+        found |= _activity_fields(_info_details(temporalio.activity.info()))
     if "rollout_id" not in found and "workflow_id" in found and found.get("workflow_type") in _ROLLOUT_WORKFLOWS:
         found["rollout_id"] = found["workflow_id"]
     for key, value in found.items():

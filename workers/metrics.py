@@ -52,7 +52,7 @@ from temporalio.worker import (
     WorkflowInterceptorClassInput,
 )
 
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import MetricsPortError
 from gymflow.envs.mcp.ledger import live_processes
 from gymflow.workers import logs
 from gymflow.workers.admission import Admission, Step
@@ -97,10 +97,6 @@ METRICS: Mapping[str, str] = {
     LIVE_CONTAINERS: "gauge: containers of this node",
 }
 """Every gymflow series a worker exports (Prometheus names, counters with `_total`)."""
-
-
-class MetricsPortError(UserError, OSError):
-    """The metrics endpoint cannot listen where it was asked to."""
 
 
 _RUNTIMES: dict[tuple[str, int], Runtime] = {}

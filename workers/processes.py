@@ -104,6 +104,7 @@ def child_environment(settings: Settings, *, node_id: str, count: int, index: in
         "ui_port": settings.ui_port,
         "node_id": node_id,
         "worker_processes": 1,
+        "worker_roles": ",".join(settings.worker_roles),
         "max_server_starts": share(capacity.starts, count),
         "max_tool_runs": share(capacity.runs, count),
         "max_rewards": share(capacity.rewards, count),

@@ -15,7 +15,9 @@ none does. A workflow the server no longer knows (retention expired) counts as c
 that cannot be reached counts as nothing (the next round asks again).
 
 Each round also reaps the servers and workspaces of dead workers on this host
-(gymflow.envs.mcp.ledger.reap_orphans), which otherwise happens only when a worker starts.
+(gymflow.envs.mcp.ledger.reap_orphans), which otherwise happens only when a worker starts, and the
+containers they left (gymflow.envs.runtime.node.NodeRuntimes.reap: their owner's lock is free) or
+this worker leaked; that one runs at once too, so a restarted worker clears a killed one's containers.
 
 A node cut off from its server (a network partition: the node is alive, its servers run, its
 activities go on executing) must not go on serving rollouts that moved. While it cannot poll, its
@@ -50,6 +52,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from gymflow.activities.env import EnvActivities, InitRolloutInput, state_key
 from gymflow.envs.mcp.ledger import reap_orphans
+from gymflow.envs.runtime.node import NodeRuntimes
 
 log = logging.getLogger(__name__)
 
@@ -203,10 +206,12 @@ async def run_reaper(
     workspace_root: Path,
     interval_s: float,
     fence_after_s: float | None = None,
+    runtimes: NodeRuntimes | None = None,
 ) -> None:
-    """Reap closed rollouts (and dead workers' orphans) every `interval_s`, probe the server every
-    `PROBE_S`, free moved rollouts after a lost contact and everything after `fence_after_s` without one;
-    until cancelled."""
+    """Reap closed rollouts (and dead workers' orphans and containers) every `interval_s`, probe the
+    server every `PROBE_S`, free moved rollouts after a lost contact and everything after
+    `fence_after_s` without one; until cancelled."""
+    await _reap_containers(runtimes)
     contact = Contact()
     tick = min(interval_s, PROBE_S)
     next_reap = time.monotonic() + interval_s
@@ -214,17 +219,31 @@ async def run_reaper(
     while True:
         await asyncio.sleep(tick)
         try:
-            if not await contact.probe(client):
+            if await contact.probe(client):
+                if contact.lost:  # back in contact: free what moved meanwhile
+                    contact.lost = fenced = False
+                    await reap_moved(client, env)
+                if time.monotonic() >= next_reap:
+                    await reap_closed(client, env)
+                    await asyncio.to_thread(reap_orphans, workspace_root)
+            else:
                 out_for = time.monotonic() - contact.last
                 if fence_after_s is not None and out_for >= fence_after_s and not fenced:
                     fenced = bool(await fence(env, out_for)) or fenced
-                continue
-            if contact.lost:  # back in contact: free what moved meanwhile
-                contact.lost = fenced = False
-                await reap_moved(client, env)
-            if time.monotonic() >= next_reap:
-                next_reap = time.monotonic() + interval_s
-                await reap_closed(client, env)
-                await asyncio.to_thread(reap_orphans, workspace_root)
         except Exception:  # the reaper must outlive any one bad round
             log.warning("reaper round failed", exc_info=True)
+        if time.monotonic() >= next_reap:  # containers are this host's own business: with or without contact
+            next_reap = time.monotonic() + interval_s
+            await _reap_containers(runtimes)
+
+
+async def _reap_containers(runtimes: NodeRuntimes | None) -> None:
+    if runtimes is None:
+        return
+    try:
+        removed = await runtimes.reap()
+    except Exception:  # an engine hiccup: the next round asks again
+        log.warning("reaper: container round failed", exc_info=True)
+        return
+    if removed:
+        log.warning("reaper: removed orphaned containers", extra={"containers": removed})

@@ -1,69 +1,63 @@
-"""The workflow sandbox, without the per-payload price the SDK's runner charges for it.
+"""The workflow sandbox: what passes through it, and which runner runs it.
 
-Workflow code runs in temporalio's sandbox as the SDK runs it: the workflow's module re-imported per
-run, restricted modules and builtins, determinism checks. Three costs of the SDK's runner are not the
-workflow code's, and a rollout paid them for every payload or run (README, Benchmarks):
+Workflow code always runs in temporalio's sandbox. Two runners offer it (`GYMFLOW_WORKFLOW_RUNNER`):
 
-* To encode or decode a payload, the SDK asks the workflow instance which serialization context the
-  payload's command has (the activity, the child workflow), three passes each way. The sandboxed
-  instance answers by `exec`-ing a source string with the sandbox's import hooks installed, once
-  per payload per pass: ~65 µs, about as much as a turn's workflow code. The answer is a lookup in
-  the SDK's own instance (pending activities and children by sequence number), which imports
-  nothing, reads no clock and runs no workflow code; `FastContextRunner` reads it directly.
-* Every entry into the sandbox (activations, the lookups above when they still go through it)
-  compiled its source string anew; the compiled code is now kept (one per distinct string).
-* Every run re-imports its workflow's module in the sandbox, and where no bytecode cache is written
-  (`PYTHONDONTWRITEBYTECODE`, set by many container images and on the benchmark machine) that
-  compiled the module from source each time: 1.4 ms per rollout for workflows/rollout.py. The
-  module is still executed afresh per run (its state is the run's own); only its code object, which
-  is immutable, is kept in memory (`ModuleCodeCache`, keyed by path, mtime and size as a .pyc is).
+* ``fast`` (the default): `gymflow.workers.sandbox_fast.FastContextRunner`, the SDK's runner without
+  its per-payload entries into the sandbox and without recompiling workflow modules per run. It
+  subclasses the SDK runner's private internals, so it lives in a module of its own, imported only
+  here and only when chosen. If that import fails (an SDK release renamed what it uses) or the SDK
+  changed the code it repeats, `workflow_runner` logs why, once, and returns the stock runner: a
+  worker always starts.
+* ``stock``: the SDK's own `SandboxedWorkflowRunner`, with the same restrictions and passthrough
+  modules. Chosen explicitly, or the fallback above.
 
-The first two rely on the SDK runner's internals (`_Instance`: its `globals_and_locals`, the in-sandbox
-object it creates, its `_run_code`). If an SDK release moves the in-sandbox object, the runner falls
-back to the SDK's own lookup and logs once; tests/workers/test_sandbox_runner.py fails on that and
-on any change to the SDK's `_run_code`, so neither a silent slowdown nor a silently stale copy ships.
+Both run the same workflow code under the same restrictions, so recorded histories replay under
+either (tests/workflows/test_replay.py replays every one under both).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import logging
 import os
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import CodeType
-from typing import Any
+from typing import Literal
 
-import temporalio.converter
-import temporalio.workflow
-from temporalio.converter._extstore import StorageDriverStoreContext
-from temporalio.worker import _command_aware_visitor
-from temporalio.worker._workflow_instance import WorkflowInstance, WorkflowInstanceDetails
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
-from temporalio.worker.workflow_sandbox import _runner as sdk_runner
+from temporalio.worker import WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 log = logging.getLogger(__name__)
 
-SDK_RUN_CODE_SHA256 = "1211e88d1ee123b6"
-"""The first 16 hex digits of the SHA-256 of the SDK's `_Instance._run_code` source (dedented) that
-`_Instance._run_code` here repeats with compiled code: a test fails when an SDK release changes it."""
-IN_SANDBOX = "__temporal_in_sandbox"
-"""The name under which the SDK's runner keeps the in-sandbox object of a run."""
+RunnerChoice = Literal["fast", "stock"]
+"""`fast`: gymflow's runner (gymflow.workers.sandbox_fast); `stock`: the SDK's `SandboxedWorkflowRunner`."""
 
-_compiled: dict[str, CodeType] = {}
+# Modules the workflow sandbox shares with the host instead of re-importing per run: pydantic and
+# the wire types (heavy, and pure), the workflows' pure helpers and input/result models (a model
+# re-imported per run is rebuilt, type adapter and all, for every rollout), and logging renderers
+# that a host may have installed as log handlers (rich imports lazily and touches os.getcwd, which
+# the sandbox forbids). Only the workflow classes' own modules are re-imported per run.
+SANDBOX_PASSTHROUGH = (
+    *("pydantic", "pydantic_core", "annotated_types", "rich", "structlog", "gymflow.envs", "gymflow.activities"),
+    *(
+        "gymflow.workflows.schema",
+        "gymflow.workflows.names",
+        "gymflow.workflows.judging",
+        "gymflow.workflows.activity_calls",
+        "gymflow.workflows.budget",
+        "gymflow.workflows.fused_turns",
+    ),
+    "gymflow.workflows.status",
+    *("gymflow.workflows.rollout_env", "gymflow.workflows.session_schema", "gymflow.workflows.spans"),
+    "opentelemetry",  # one trace context inside and outside the sandbox (gymflow.workers.tracing)
+    "gymflow.workflows.training_schema",
+)
+SANDBOX_RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
+
 _compiled_lock = threading.Lock()
-_warned: set[str] = set()
-
-
-def _code(source: str) -> CodeType:
-    code = _compiled.get(source)
-    if code is None:
-        code = compile(source, "workflow_sandbox.py", "exec")
-        with _compiled_lock:
-            _compiled[source] = code
-    return code
 
 
 class _CachedSourceLoader(importlib.machinery.SourceFileLoader):
@@ -113,68 +107,32 @@ class ModuleCodeCache:
         return spec
 
 
-def _fell_back(what: str) -> None:
-    if what not in _warned:
-        _warned.add(what)
-        log.warning("workflow sandbox: the SDK's %s internals changed; using its slower path", what)
+@functools.cache
+def workflow_runner(choice: RunnerChoice = "fast") -> WorkflowRunner:
+    """The runner of every gymflow worker and replayer, with gymflow's sandbox restrictions.
+
+    `fast` is gymflow's runner unless its SDK internals are missing or changed: then the stock
+    runner, with a warning (once per process) that says why.
+    """
+    if choice == "stock":
+        return SandboxedWorkflowRunner(restrictions=SANDBOX_RESTRICTIONS)
+    try:
+        from gymflow.workers import sandbox_fast
+    except (ImportError, AttributeError) as exc:  # a module or a name the SDK no longer has
+        return _stock_because(f"its SDK internals cannot be imported ({type(exc).__name__}: {exc})")
+    problem = sandbox_fast.check()
+    if problem is not None:
+        return _stock_because(problem)
+    return sandbox_fast.FastContextRunner(restrictions=SANDBOX_RESTRICTIONS)
 
 
-class _Instance(sdk_runner._Instance):
-    """The SDK's sandboxed instance with compiled entry code and direct context lookups."""
+def _stock_because(reason: str) -> WorkflowRunner:
+    import temporalio
 
-    fast_lookups = 0
-    """Context lookups answered directly, over every run (tests read it)."""
-
-    def _run_code(self, code: str, **extra_globals: Any) -> None:
-        # The SDK's own `_run_code`, with the entry code compiled once instead of per call.
-        for key, value in extra_globals.items():
-            self.globals_and_locals[key] = value
-        try:
-            temporalio.workflow.unsafe._set_in_sandbox(True)
-            self._current_thread_id = threading.get_ident()
-            exec(_code(code), self.globals_and_locals, self.globals_and_locals)
-        finally:
-            temporalio.workflow.unsafe._set_in_sandbox(False)
-            self._current_thread_id = None
-            for key in extra_globals:
-                self.globals_and_locals.pop(key, None)
-
-    def _in_sandbox(self, what: str) -> Any:
-        inside = self.globals_and_locals.get(IN_SANDBOX)
-        if inside is None or not hasattr(inside, what):
-            _fell_back(what)
-            return None
-        _Instance.fast_lookups += 1
-        return inside
-
-    def get_serialization_context(
-        self, command_info: _command_aware_visitor.CommandInfo | None
-    ) -> temporalio.converter.SerializationContext | None:
-        inside = self._in_sandbox("get_serialization_context")
-        if inside is None:
-            return super().get_serialization_context(command_info)
-        context: temporalio.converter.SerializationContext | None = inside.get_serialization_context(command_info)
-        return context
-
-    def get_external_store_context(
-        self, command_info: _command_aware_visitor.CommandInfo | None
-    ) -> StorageDriverStoreContext:
-        inside = self._in_sandbox("get_external_store_context")
-        if inside is None:
-            return super().get_external_store_context(command_info)
-        context: StorageDriverStoreContext = inside.get_external_store_context(command_info)
-        return context
-
-
-@dataclass(frozen=True)
-class FastContextRunner(SandboxedWorkflowRunner):
-    """`SandboxedWorkflowRunner` with the three costs of the module docstring removed."""
-
-    def prepare_workflow(self, defn: temporalio.workflow._Definition) -> None:
-        # Once per workflow type, when a worker (or replayer) is built: its module's code is kept.
-        if defn.cls.__module__ != "__main__":
-            ModuleCodeCache.cover(defn.cls.__module__)
-        super().prepare_workflow(defn)
-
-    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
-        return _Instance(det, self.runner_class, self.restrictions)
+    log.warning(
+        "workflow sandbox: using the SDK's stock runner, not gymflow's fast one: %s (temporalio %s; "
+        "set GYMFLOW_WORKFLOW_RUNNER=stock to choose it and silence this)",
+        reason,
+        temporalio.__version__,
+    )
+    return SandboxedWorkflowRunner(restrictions=SANDBOX_RESTRICTIONS)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from temporalio.client import Interceptor
 
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import TracingUnavailable
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor
@@ -41,10 +41,6 @@ class _State:
     provider: ReplaySafeTracerProvider | None = None
     exporting: dict[str, SpanProcessor] = {}
     """OTLP endpoints this process exports to, and their processors."""
-
-
-class TracingUnavailable(UserError, ImportError):
-    """Tracing was asked for but the OpenTelemetry SDK or exporter is not installed."""
 
 
 def traces_endpoint(settings: Settings) -> str | None:

@@ -1,9 +1,14 @@
-"""The gymflow worker: one process = one node.
+"""The gymflow worker: one process = one node, serving the roles it is given.
 
-It polls two queues: the shared queue (workflows, model calls, rollout initialisation) and its
-own node queue (every env activity of the rollouts it initialised), so a rollout's server
-processes and workspace stay on the node that holds them. The Python SDK has no sessions;
+A worker is composed of roles (gymflow.workers.roles): `rollout` polls the shared queue (rollout
+workflows, model calls, rollout initialisation) and its own node queue (every env activity of the
+rollouts it initialised), so a rollout's server processes and workspace stay on the node that holds
+them; `judge`, `dataset` and `training` poll queues of their own. The Python SDK has no sessions;
 worker-specific task queues are Temporal's documented way to pin activities to a host.
+
+`gymflow worker` serves every role unless told otherwise (`--roles`, `GYMFLOW_WORKER_ROLES`); a
+CLI command's in-process worker serves only the roles its command needs, so `gymflow eval` never
+builds the dataset or training machinery.
 """
 
 from __future__ import annotations
@@ -12,84 +17,31 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from temporalio.client import Client
-from temporalio.runtime import Runtime
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
-from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
-from gymflow.activities.dataset import DatasetActivities
-from gymflow.activities.env import EnvActivities
-from gymflow.activities.judge import JudgeActivities
-from gymflow.activities.model import ModelActivities
-from gymflow.activities.report import ReportActivities
-from gymflow.activities.storage import StorageActivities
-from gymflow.activities.trainer_jobs import TrainerActivities
-from gymflow.activities.training import TrainingActivities
-from gymflow.activities.turn import TurnActivities
-from gymflow.envs.errors import UserError
-from gymflow.envs.mcp.ledger import reap_orphans
-from gymflow.workers.admission import Admission
-from gymflow.workers.config import Settings
-from gymflow.workers.dedup import DedupInterceptor
-from gymflow.workers.fencing import StaleTaskGuard
-from gymflow.workers.judge_worker import judge_worker
-from gymflow.workers.metrics import GymflowMetrics, MetricsInterceptor, NodeSampler, metrics_runtime
-from gymflow.workers.reaper import run_reaper
-from gymflow.workers.sandbox_runner import FastContextRunner
-from gymflow.workflows.dataset import DatasetGenerationWorkflow
-from gymflow.workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
-from gymflow.workflows.names import judge_queue, node_queue
-from gymflow.workflows.rollout import RolloutWorkflow
-from gymflow.workflows.schema import PAYLOAD_LIMIT_BYTES
-from gymflow.workflows.session import RolloutSessionWorkflow
-from gymflow.workflows.training import TrainingRunWorkflow
+from gymflow.envs.errors import WorkerStartError
+from gymflow.workers.config import ROLES, Settings, WorkerRole
+from gymflow.workers.roles import BUILDERS, Context, Served
+from gymflow.workers.sandbox_runner import workflow_runner
+from gymflow.workflows.names import node_queue
+
+if TYPE_CHECKING:
+    from gymflow.activities.env import EnvActivities
+    from gymflow.activities.model import ModelActivities
 
 log = logging.getLogger(__name__)
 
-DEDUPLICATED = ("call_tool", "compute_reward")
-"""Node activities answered from the node's record when retried after completing (gymflow.workers.dedup)."""
-
-WORKFLOWS: list[type] = [
-    RolloutWorkflow,
-    GroupRolloutWorkflow,
-    BatchRolloutWorkflow,
-    DatasetGenerationWorkflow,
-    RolloutSessionWorkflow,
-    TrainingRunWorkflow,
-]
-
-# Modules the workflow sandbox shares with the host instead of re-importing per run: pydantic and
-# the wire types (heavy, and pure), the workflows' pure helpers and input/result models (a model
-# re-imported per run is rebuilt, type adapter and all, for every rollout), and logging renderers
-# that a host may have installed as log handlers (rich imports lazily and touches os.getcwd, which
-# the sandbox forbids). Only the workflow classes' own modules are re-imported per run.
-SANDBOX_PASSTHROUGH = (
-    *("pydantic", "pydantic_core", "annotated_types", "rich", "structlog", "gymflow.envs", "gymflow.activities"),
-    *(
-        "gymflow.workflows.schema",
-        "gymflow.workflows.names",
-        "gymflow.workflows.judging",
-        "gymflow.workflows.activity_calls",
-        "gymflow.workflows.budget",
-    ),
-    "gymflow.workflows.status",
-    *("gymflow.workflows.rollout_env", "gymflow.workflows.session_schema", "gymflow.workflows.spans"),
-    "opentelemetry",  # one trace context inside and outside the sandbox (gymflow.workers.tracing)
-    "gymflow.workflows.training_schema",
-)
-SANDBOX_RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
-WORKFLOW_RUNNER = FastContextRunner(restrictions=SANDBOX_RESTRICTIONS)
-"""The sandbox, without the SDK runner's per-payload entries into it (gymflow.workers.sandbox_runner)."""
-
 
 def worker_tuning(settings: Settings, *, workflows: bool) -> dict[str, Any]:
-    """`Worker` options of the shared queue's worker (`workflows=True`) or a node queue's.
+    """`Worker` options of a queue's worker: one that runs workflows (`workflows=True`: the shared,
+    dataset and training queues) or activities only (a node queue, the judge queue).
 
     The benchmark's bare-Temporal ceiling runs with exactly these, so it measures the same worker.
     """
@@ -100,7 +52,7 @@ def worker_tuning(settings: Settings, *, workflows: bool) -> dict[str, Any]:
     if workflows:
         threads = settings.workflow_threads
         options |= {
-            "workflow_runner": WORKFLOW_RUNNER,
+            "workflow_runner": workflow_runner(settings.workflow_runner),
             "max_concurrent_workflow_tasks": settings.workflow_task_slots,
             "max_concurrent_local_activities": settings.max_concurrent_local_activities,
             "max_cached_workflows": settings.max_cached_workflows,
@@ -110,166 +62,134 @@ def worker_tuning(settings: Settings, *, workflows: bool) -> dict[str, Any]:
     return options
 
 
+@dataclass(frozen=True)
+class Registered:
+    """What the worker of one task queue registered."""
+
+    workflows: frozenset[str]
+    """The workflow classes' names (`RolloutWorkflow`)."""
+    activities: frozenset[str]
+    """The activity methods' qualified names (`EnvActivities.call_tool`)."""
+
+
 @dataclass
 class RunningWorker:
     """Handles of a started worker, for tests and the demo."""
 
     settings: Settings
     node_queue: str
-    env: EnvActivities
-    model: ModelActivities
+    roles: tuple[WorkerRole, ...]
+    queues: dict[str, Registered] = field(default_factory=dict)
+    """Per task queue polled, what its worker registered."""
+    served: list[Served] = field(default_factory=list, repr=False)
 
     @property
     def task_queue(self) -> str:
-        """The shared queue this worker polls."""
+        """The shared queue of the deployment (rollouts run there; the other roles' queues derive from it)."""
         return self.settings.task_queue
+
+    @property
+    def env(self) -> EnvActivities:
+        """The rollout role's env activities."""
+        return self._rollout().env  # type: ignore[return-value]
+
+    @property
+    def model(self) -> ModelActivities:
+        """The rollout role's model activities."""
+        return self._rollout().model  # type: ignore[return-value]
+
+    def _rollout(self) -> Served:
+        for part in self.served:
+            if part.role == "rollout":
+                return part
+        raise LookupError(f"this worker serves no rollout role (its roles: {', '.join(self.roles)})")
+
+
+def _registered(worker: Worker) -> Registered:
+    config = worker.config()
+    return Registered(
+        workflows=frozenset(cls.__name__ for cls in config.get("workflows", [])),
+        activities=frozenset(fn.__qualname__ for fn in config.get("activities", [])),
+    )
 
 
 @contextlib.asynccontextmanager
 async def running_worker(
-    client: Client, settings: Settings, *, env_kwargs: Mapping[str, Mapping[str, Any]] | None = None
+    client: Client,
+    settings: Settings,
+    *,
+    roles: Collection[WorkerRole] | None = None,
+    env_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> AsyncIterator[RunningWorker]:
-    """Run a worker (shared + node queue) until the block exits; frees every rollout on exit."""
-    queue = node_queue(settings.task_queue, settings.node_id)
-    # Servers and workspaces of workers that died on this host (never those of live ones).
-    reap_orphans(settings.workspace_root)
-    # Without external storage a payload over Temporal's limit would fail workflow tasks forever:
-    # rollouts keep their trajectories under it (gymflow.workflows.budget), model replies are refused over it.
-    payload_limit = None if client.data_converter.external_storage else PAYLOAD_LIMIT_BYTES
-    # One admission control per node, shared by every env and the dataset loader (gymflow.workers.admission).
-    admission = Admission(settings.capacity(), nice=settings.env_nice)
-    # gymflow's series on the runtime's meter (a no-op without --metrics-port: gymflow.workers.metrics).
-    metrics = GymflowMetrics((client.service_client.config.runtime or Runtime.default()).metric_meter)
-    log.info("node %s admission: %s", settings.node_id, admission.capacity)
-    env_activities = EnvActivities(
-        node_id=settings.node_id,
-        node_queue=queue,
-        workspace_root=settings.workspace_root / settings.node_id,
-        env_kwargs=env_kwargs,
-        common_env_kwargs={
-            "pool_size": settings.mcp_pool_size,
-            "default_workspace_quota_mb": settings.workspace_quota_mb,
-        },
-        payload_limit_bytes=payload_limit,
-        admission=admission,
-    )
-    api_key = settings.model_api_key.get_secret_value() if settings.model_api_key else None
-    model_activities = ModelActivities(
-        default_base_url=settings.model_url,
-        default_model=settings.model_name,
-        api_key=api_key,
-        payload_limit_bytes=payload_limit,
-    )
-    storage = StorageActivities(
-        default_uri=settings.results_uri, s3_endpoint_url=settings.s3_endpoint_url, admission=admission
-    )
-    reports = ReportActivities(storage, ui_base=settings.ui_url)
-    training = TrainingActivities(
-        data_dir=settings.data_dir, default_storage=settings.results_uri, s3_endpoint_url=settings.s3_endpoint_url
-    )
-    trainer = TrainerActivities(
-        data_dir=settings.data_dir,
-        temporal_address=client.service_client.config.target_host,  # what trainers dial back
-        namespace=client.namespace,
-        s3_endpoint_url=settings.s3_endpoint_url,
-    )
-    judge_key = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None
-    judge_activities = JudgeActivities(
-        default_base_url=settings.judge_url, default_model=settings.judge_model, api_key=judge_key
-    )
-    datasets = DatasetActivities(
-        default_uri=settings.results_uri,
-        s3_endpoint_url=settings.s3_endpoint_url,
-        default_model_url=settings.model_url,
-        default_judge_url=settings.judge_url,
-        model_api_key=api_key,
-        judge_api_key=judge_key,
-    )
-    judge = judge_worker(
-        client,
-        activities=judge_activities,
-        rate_per_second=settings.judge_rate_per_second,
-        task_queue=judge_queue(settings.task_queue),
-    )
-    shared = Worker(
-        client,
-        task_queue=settings.task_queue,
-        workflows=WORKFLOWS,
-        activities=[
-            model_activities.generate,
-            env_activities.init_rollout,
-            env_activities.compute_group_reward,
-            storage.write_jsonl,
-            storage.load_tasks,
-            datasets.scan_dataset_source,
-            datasets.generate_dataset_batch,
-            datasets.merge_dataset_batch,
-            datasets.finalize_dataset,
-            reports.render_batch_report,
-            *training.activities(),
-            *trainer.activities(),
-        ],
-        interceptors=[MetricsInterceptor(metrics)],
-        **worker_tuning(settings, workflows=True),
-    )
-    node = Worker(
-        client,
-        task_queue=queue,
-        activities=[
-            env_activities.call_tool,
-            env_activities.compute_reward,
-            env_activities.release_rollout,
-            TurnActivities(model_activities, env_activities).play_turn,
-        ],
-        # A retried attempt whose first attempt completed here (its report was lost) must not re-run the tool.
-        # Fused turns are left out: only stateless envs fuse, so running one again is harmless, and
-        # remembering them would keep every turn's reply (token ids and logprobs included) in memory.
-        # A task reaching this node after the server timed it out (a partition) is not run (workers.fencing).
-        interceptors=[StaleTaskGuard(), DedupInterceptor(activity_types=DEDUPLICATED), MetricsInterceptor(metrics)],
-        **worker_tuning(settings, workflows=False),
-    )
+    """Run a worker until the block exits; frees every rollout on exit.
+
+    Args:
+        client: Temporal client (with gymflow's data converter).
+        settings: The worker's settings.
+        roles: The roles to serve (gymflow.workers.roles); None: `settings.worker_roles`.
+        env_kwargs: Per env name, keyword arguments for the env class (the rollout role's envs).
+    """
+    chosen = tuple(role for role in ROLES if role in (settings.worker_roles if roles is None else roles))
+    if not chosen:
+        raise ValueError(f"a worker serves at least one role of {', '.join(ROLES)}")
+    context = Context(client, settings, env_kwargs)
     # Every line the worker's tasks log (activities, the SDK's own) names this node: the context is
     # copied into each task the worker starts from here on.
     with structlog.contextvars.bound_contextvars(node=settings.node_id):
-        reaper = asyncio.create_task(
-            run_reaper(
-                client,
-                env_activities,
-                workspace_root=settings.workspace_root,
-                interval_s=settings.reap_interval_s,
-                fence_after_s=settings.fence_after_s,
+        async with contextlib.AsyncExitStack() as stack:
+            served: list[Served] = []
+            for role in chosen:  # what is built is closed on the way out, whatever fails after it
+                part = BUILDERS[role](context)
+                served.append(part)
+                for close in reversed(part.close):
+                    stack.push_async_callback(close)
+            for part in served:
+                for run in part.background:
+                    stack.push_async_callback(_cancel, asyncio.create_task(run()))
+            workers = [
+                Worker(
+                    client,
+                    task_queue=queue.task_queue,
+                    workflows=queue.workflows,
+                    activities=queue.activities,
+                    interceptors=queue.interceptors,
+                    **(worker_tuning(settings, workflows=bool(queue.workflows)) | queue.options),
+                )
+                for part in served
+                for queue in part.queues
+            ]
+            for worker in workers:  # the workers stop (draining their tasks) before anything above closes
+                await stack.enter_async_context(worker)
+            running = RunningWorker(
+                settings,
+                node_queue(settings.task_queue, settings.node_id),
+                chosen,
+                queues={worker.task_queue: _registered(worker) for worker in workers},
+                served=served,
             )
-        )
-        sampler = NodeSampler(
-            metrics, admission, env_activities.held, settings.workspace_root / settings.node_id, settings.node_id
-        )
-        try:
-            async with shared, node, judge, sampler.running():
-                log.info("worker polling", extra={"task_queue": settings.task_queue, "node_queue": queue})
-                yield RunningWorker(settings, queue, env_activities, model_activities)
-        finally:
-            reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reaper
-            await env_activities.shutdown()
-            await model_activities.aclose()
-            await judge_activities.aclose()
-            await datasets.aclose()
+            log.info(
+                "worker polling",
+                extra={"task_queue": settings.task_queue, "roles": ",".join(chosen), "queues": sorted(running.queues)},
+            )
+            yield running
 
 
-class WorkerStartError(UserError, RuntimeError):
-    """The worker cannot start (its Temporal server is unreachable)."""
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def run_worker(settings: Settings) -> None:
-    """Run a worker until SIGINT/SIGTERM (the `gymflow worker` command).
+    """Run a worker with the roles of `settings.worker_roles` until SIGINT/SIGTERM (the `gymflow worker` command).
 
     It dials the cluster as every gymflow process does (gymflow.workers.connection: flags, GYMFLOW_*,
     TEMPORAL_* and temporal.toml profiles, mTLS and API keys), checks a cluster's search attributes,
     serves Prometheus metrics with `metrics_port` and traces with an OTLP endpoint.
     """
+    from gymflow.envs.errors import ConnectionFailed
     from gymflow.workers import tracing
-    from gymflow.workers.connection import ConnectionFailed
+    from gymflow.workers.metrics import metrics_runtime
     from gymflow.workers.sdk.client import connect, data_converter
 
     # Every line of the process names its node (one of several worker processes of a host: gymflow.workers.processes).

@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.activity import _Definition as activity_definition
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -49,7 +48,9 @@ async def execute(method: Callable[..., Awaitable[T]], arg: Any, *, local: bool 
             raise
         if isinstance(exc, CancelledError):
             raise asyncio.CancelledError from exc
-        name = activity_definition.must_from_callable(method).name or ""
+        # The SDK keeps an activity's defined name in a private record; the local activities run
+        # here (the model turn, `generate`) are named after their methods.
+        name = getattr(method, "__name__", "")
         raise ActivityError(
             f"local activity {name} failed",
             scheduled_event_id=0,

@@ -16,6 +16,12 @@ JUDGE_QUEUE_SUFFIX = "-judge"
 server-side rate limit covers every judge worker of the deployment."""
 JUDGE_TASK_QUEUE = TASK_QUEUE + JUDGE_QUEUE_SUFFIX
 
+DATASET_QUEUE_SUFFIX = "-dataset"
+"""Dataset generation (the workflow and its activities) runs on f"{shared queue}{DATASET_QUEUE_SUFFIX}"."""
+TRAINING_QUEUE_SUFFIX = "-training"
+"""Training runs (the workflow and its activities) run on f"{shared queue}{TRAINING_QUEUE_SUFFIX}"; their
+eval batches and the trainer's rollout groups run on the shared queue itself."""
+
 NODE_QUEUE_SEPARATOR = "@"
 """A node's own queue is f"{shared queue}{NODE_QUEUE_SEPARATOR}{node id}"."""
 
@@ -52,11 +58,29 @@ def node_queue(task_queue: str, node_id: str) -> str:
 
 def command_queue(task_queue: str, command: str, key: str) -> str:
     """The queue of one CLI command's in-process worker (`gymflow-eval-1a2b3c4d`): the command starts
-    its workflows there and only its worker polls it, so commands run side by side never run (or
-    log) each other's work. `gymflow worker` fleets keep polling `task_queue` itself."""
+    its workflows there (or on that queue's dataset or training queue) and only its worker polls it,
+    so commands run side by side never run (or log) each other's work. `gymflow worker` fleets keep
+    polling `task_queue` itself."""
     return f"{task_queue}-{command}-{key}"
 
 
 def judge_queue(task_queue: str) -> str:
     """The LLM-judge queue belonging to shared queue `task_queue`."""
     return f"{task_queue}{JUDGE_QUEUE_SUFFIX}"
+
+
+def dataset_queue(task_queue: str) -> str:
+    """The queue of dataset generation belonging to shared queue `task_queue` (workers of the `dataset` role)."""
+    return f"{task_queue}{DATASET_QUEUE_SUFFIX}"
+
+
+def training_queue(task_queue: str) -> str:
+    """The queue of training runs belonging to shared queue `task_queue` (workers of the `training` role)."""
+    return f"{task_queue}{TRAINING_QUEUE_SUFFIX}"
+
+
+def rollout_queue(training_task_queue: str) -> str:
+    """The shared queue a training queue belongs to: where a run's eval batches and its trainer's
+    rollouts go. A run started on a shared queue itself (before training had a queue of its own)
+    keeps it."""
+    return training_task_queue.removesuffix(TRAINING_QUEUE_SUFFIX)

@@ -9,7 +9,7 @@ continue, replayable envs get their recorded tool calls re-executed first, other
 typed infra failure (that env half lives in gymflow.workflows.rollout_env, shared with the trainer-driven
 RolloutSessionWorkflow). Bad model output is data: it becomes an error observation, never a crash.
 
-Round trips (bench/: at zero latency each costs the server and worker more CPU than the work it
+Round trips (docs/benchmarks.md: at zero latency each costs the server and worker more CPU than the work it
 does). `compute_reward` frees the rollout's state when it succeeds, so a finished rollout needs no
 separate `release_rollout`; every failure path still releases in `finally`. With
 `ModelConfig.local_activity` (opt-in) model turns are local activities: `generate` needs no node,
@@ -27,6 +27,7 @@ neither the model settings, the tools nor the task (gymflow.activities.context_c
 such a turn as invalid input (a worker older than this code) gets the rollout's turns whole. A fused
 turn carries no summary: its calls are decided inside it, so it heads its result with them for the
 Web UI (`PlayTurnInput.call_lines`), and a node too old to read that request gets turns without it.
+That half of the workflow (what the node holds, the fallbacks) is gymflow.workflows.fused_turns.
 Starters (the SDK, parent workflows) set the initial search attributes and memo, so the workflow
 upserts only what is missing. All three sit behind the `ROLLOUT_PLAN_2` patch: histories written
 before it replay on the old plan. Starters that declare the plan in the memo (`names.MEMO_PLAN`) need
@@ -45,15 +46,16 @@ with workflow.unsafe.imports_passed_through():
     from gymflow.activities import errors
     from gymflow.activities.env import RolloutHandle
     from gymflow.activities.model import GenerateInput, GenerateResult, ModelActivities
-    from gymflow.activities.turn import CachedContext, PlayTurnInput, PlayTurnResult, TurnActivities, TurnDelta
+    from gymflow.activities.turn import PlayTurnResult
     from gymflow.envs.contract import Message, Reward, TerminationReason, Trajectory, Usage
     from gymflow.envs.rewards.rubric import Rubric
     from gymflow.envs.wire.tokens import TokenPrefix, TurnTokens
     from gymflow.workflows import judging, names, spans, status
-    from gymflow.workflows.activity_calls import describe, error_type, execute, node_lost
+    from gymflow.workflows.activity_calls import describe, error_type, execute
     from gymflow.workflows.budget import TrajectoryBudget
+    from gymflow.workflows.fused_turns import FusedTurns
     from gymflow.workflows.judging import JudgeConfig
-    from gymflow.workflows.rollout_env import ADMISSION_WAIT, ENV_HEARTBEAT, NODE_ERRORS, RolloutEnv
+    from gymflow.workflows.rollout_env import RolloutEnv
     from gymflow.workflows.rollout_env import Stop as _Stop
     from gymflow.workflows.schema import ROLLOUT_PLAN, RolloutInput, RolloutResult, initial_search_attributes
 
@@ -64,12 +66,6 @@ memo the starter did not set are upserted, model turns as local activities if as
 ROLLOUT_TASK_SA = "rollout-task-sa"
 """Patch id: a rollout whose starter did not set GymflowTask upserts it (histories written before the
 attribute existed replay without it)."""
-MAX_TIMED_CALLS = 16
-"""A fused turn's start-to-close allows this many tool calls' timeouts at most (each call has its
-own timeout inside; the heartbeat notices a lost node within seconds)."""
-CALL_LINES_PATCH = "play-turn-call-lines"
-"""Patch id, checked only when a node refuses a whole fused turn: the turn goes again without asking
-for call lines instead of ending the rollout (histories written before replay as they ended)."""
 MODEL_HEARTBEAT = timedelta(seconds=10)
 """Generations heartbeat every ~3 s once they have run that long (gymflow.activities.model): quick turns
 never send one, and a worker killed mid-generation is noticed within this."""
@@ -94,14 +90,6 @@ class RolloutWorkflow:
         """Turns are `play_turn` activities on the rollout's node (decided once the env is up)."""
         self._fused_reward: Reward | None = None
         """The reward a fused final turn computed (the rollout's state is then freed)."""
-        self._node_context: tuple[str, CachedContext] | None = None
-        """(state key, what of the conversation its node holds): fused turns send only the rest."""
-        self._whole_turns = False
-        """A node refused a turn sent as a delta (a worker older than this code): send turns whole."""
-        self._call_lines = True
-        """Fused turns ask for call lines; off once a node refused the request (older than it)."""
-        self._call_lines_read_at: str | None = None
-        """The state key of the rollout whose node took a turn that asked for call lines."""
 
     @workflow.query
     def progress(self) -> dict[str, int]:
@@ -122,6 +110,7 @@ class RolloutWorkflow:
     async def _run(self, input: RolloutInput) -> RolloutResult:
         self._input = input
         self._rollout_id = input.rollout_id or workflow.info().workflow_id
+        self._fused_turns = FusedTurns(input, self._rollout_id)
         self._plan_2 = self._declared_plan_2() or workflow.patched(ROLLOUT_PLAN_2)
         self._env = env = RolloutEnv(
             env=input.env,
@@ -211,6 +200,8 @@ class RolloutWorkflow:
     async def _agent_loop(self) -> TerminationReason:
         limits = self._input.limits
         while self._turns < limits.max_turns:
+            if self._env_steps().time_up():  # the task's agent timeout: the reward still runs
+                return TerminationReason.TIME_BUDGET
             with spans.span("turn", turn=self._turns + 1):
                 self._check_context_budget()
                 turn = await self._play_turn() if self._fused else None
@@ -298,84 +289,20 @@ class RolloutWorkflow:
 
     async def _play_turn(self) -> PlayTurnResult:
         """One fused turn on the rollout's node (recovered like any env step if the node is lost)."""
-        return await self._env_steps().on_node(self._fused_turn)
+        env = self._env_steps()
 
-    async def _fused_turn(self, handle: RolloutHandle) -> PlayTurnResult:
-        input, env = self._input, self._env_steps()
-        limits = input.limits
-        room = None if self._budget.limit is None else self._budget.limit - self._budget.used
-        calls_left = max(0, min(limits.max_tool_calls - env.tool_calls, MAX_TIMED_CALLS))
-        held = self._node_context
-        cached = held[1] if held is not None and held[0] == handle.state_key and not self._whole_turns else None
-        try:
-            result = await execute(
-                TurnActivities.play_turn,
-                PlayTurnInput(
-                    generate=self._generate_input(handle) if cached is None else self._turn_delta(cached),
-                    cached=cached,
-                    env=input.env,
-                    state_key=handle.state_key,
-                    tool_timeout_s=limits.tool_timeout_s,
-                    max_output_chars=limits.max_tool_output_chars,
-                    tool_calls_made=env.tool_calls,
-                    max_tool_calls=limits.max_tool_calls,
-                    reward_task=input.task if cached is None else None,  # the node holds it with the rest
-                    room_bytes=room,
-                    call_lines=self._call_lines,
-                ),
-                task_queue=handle.node_queue,
-                schedule_to_start_timeout=timedelta(seconds=input.retry.node_timeout_s),
-                start_to_close_timeout=timedelta(seconds=input.model.request_timeout_s + 30)
-                + ADMISSION_WAIT
-                + timedelta(seconds=limits.tool_timeout_s + 30) * calls_left,
-                heartbeat_timeout=ENV_HEARTBEAT,
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=1),
-                    maximum_interval=timedelta(seconds=30),
-                    maximum_attempts=input.retry.model_attempts,
-                    non_retryable_error_types=[
-                        *(errors.MODEL_REJECTED, errors.CONTEXT_LENGTH, errors.CONTEXT_MISSING),
-                        *NODE_ERRORS,
-                    ],
-                ),
-                # No summary: it could not name the calls (the model has not answered yet), and the Web
-                # UI's compact view shows a result's head only for activities without one. The result
-                # starts with the call lines instead (gymflow.activities.turn).
+        async def play(handle: RolloutHandle) -> PlayTurnResult:
+            return await self._fused_turns.play(
+                handle,
+                env=env,
+                messages=self._messages,
+                turn=self._turns,
+                token_prefix=self._token_prefix,
+                room_bytes=None if self._budget.limit is None else self._budget.limit - self._budget.used,
+                whole=lambda: self._generate_input(handle),
             )
-        except ActivityError as exc:
-            if node_lost(exc):
-                raise  # on_node re-initialises the rollout and plays the turn again
-            if cached is not None and error_type(exc) == errors.CONTEXT_MISSING:
-                self._node_context = None  # the node lost what it held: send the turn whole
-                return await self._fused_turn(handle)
-            if cached is not None and error_type(exc) == errors.INVALID_INPUT:
-                # A node worker older than this workflow code (a fleet mid-upgrade) does not read
-                # turn deltas: this rollout's turns go whole from now on, as every version reads them.
-                self._whole_turns = True
-                return await self._fused_turn(handle)
-            if (
-                cached is None
-                and self._call_lines
-                and self._call_lines_read_at != handle.state_key
-                and error_type(exc) == errors.INVALID_INPUT
-                and workflow.patched(CALL_LINES_PATCH)
-            ):
-                # A node older than call lines refuses the request: this rollout's turns go without it.
-                self._call_lines = False
-                return await self._fused_turn(handle)
-            if error_type(exc) == errors.CONTEXT_LENGTH:
-                raise _Stop(TerminationReason.CONTEXT_BUDGET) from exc
-            if error_type(exc) == errors.ENV_CONFIG:
-                raise _Stop(TerminationReason.ENV_ERROR, describe(exc)) from exc
-            raise _Stop(TerminationReason.MODEL_ERROR, describe(exc)) from exc
-        if self._call_lines:
-            self._call_lines_read_at = handle.state_key  # this node reads the request: never refused for it
-        # The node now holds the conversation with this reply, which the agent loop appends as is
-        # (or ends the rollout); the next turn sends only the tool results after it.
-        token = result.context_token
-        held_count = len(self._messages) + 1
-        self._node_context = (handle.state_key, CachedContext(token=token, messages=held_count)) if token else None
-        return result
+
+        return await env.on_node(play)
 
     def _generate_input(self, handle: RolloutHandle) -> GenerateInput:
         """The model turn's whole input."""
@@ -383,16 +310,6 @@ class RolloutWorkflow:
             model=self._input.model,
             messages=self._messages,
             tools=handle.tools,
-            rollout_id=self._rollout_id,
-            turn=self._turns,
-            token_prefix=self._token_prefix,
-        )
-
-    def _turn_delta(self, after: CachedContext) -> TurnDelta:
-        """A fused turn's model input when its node holds the conversation's start, the model settings,
-        the tools and the task: only the messages after those it holds."""
-        return TurnDelta(
-            messages=self._messages[after.messages :],
             rollout_id=self._rollout_id,
             turn=self._turns,
             token_prefix=self._token_prefix,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 from temporalio import workflow
@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from gymflow.activities.turn import named_call, refusal
     from gymflow.envs.contract import Message, Reward, Task, TerminationReason, ToolCall, ToolResult
     from gymflow.workflows.activity_calls import describe, error_type, execute, node_lost, timed_out
-    from gymflow.workflows.schema import RetrySettings, RolloutLimits
+    from gymflow.workflows.schema import MAX_TIMEOUT_S, RetrySettings, RolloutLimits
 
 T = TypeVar("T")
 
@@ -106,11 +106,26 @@ class RolloutEnv:
         """The sandbox opt-out any incarnation's env reported (`RolloutHandle.sandbox`), for the trajectory."""
         self.executed: list[tuple[ToolCall, ToolResult]] = []
         """Successful tool calls and their results, in order: what a replay re-runs and checks."""
+        self.deadline: datetime | None = None
+        """When the agent's time is up (`Task.timeouts.agent_s`, counted from the first init); None: no limit."""
+
+    # -- the task's own time (Task.timeouts) -------------------------------------------------
+    def time_up(self) -> bool:
+        """Whether the agent's time (the task's agent timeout) has run out."""
+        return self.deadline is not None and workflow.now() >= self.deadline
+
+    def _task_seconds(self, name: str) -> float | None:
+        timeouts = self.task.timeouts
+        value = getattr(timeouts, name) if timeouts is not None else None
+        return min(value, MAX_TIMEOUT_S) if value is not None else None
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> RolloutHandle:
         """The first `init_rollout`; the handle is kept (`handle`)."""
         self.handle = await self.init_held(incarnation=0)
+        agent_s = self._task_seconds("agent_s")
+        if agent_s is not None:
+            self.deadline = workflow.now() + timedelta(seconds=agent_s)
         return self.handle
 
     async def init_held(self, incarnation: int) -> RolloutHandle:
@@ -136,7 +151,9 @@ class RolloutEnv:
             handle = await execute(
                 EnvActivities.init_rollout,
                 InitRolloutInput(env=self.env, rollout_id=self.rollout_id, incarnation=incarnation, task=self.task),
-                start_to_close_timeout=INIT_TIMEOUT,
+                # A task's setup (an image build) may take many minutes: its own time on top. The init
+                # heartbeats meanwhile, so a node lost mid-build is still noticed in seconds.
+                start_to_close_timeout=INIT_TIMEOUT + timedelta(seconds=self._task_seconds("setup_s") or 0),
                 heartbeat_timeout=ENV_HEARTBEAT,  # a node lost mid-init is noticed in seconds, not minutes
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=1),
@@ -208,20 +225,31 @@ class RolloutEnv:
         assert self.handle is not None
         return {t.name for t in self.handle.tools}
 
+    def tool_timeout_s(self, *, replay: bool) -> float:
+        """A call's time limit: the rollout's, or under a task's agent timeout what is left of it (a
+        replayed call gets the whole agent time: it ran within it before)."""
+        agent_s = self._task_seconds("agent_s")
+        if agent_s is None or self.deadline is None:
+            return self.limits.tool_timeout_s
+        if replay:
+            return agent_s
+        return max(1.0, (self.deadline - workflow.now()).total_seconds())
+
     async def call_tool(self, handle: RolloutHandle, call: ToolCall, *, replay: bool = False) -> ToolResult:
         limits = self.limits
+        timeout_s = self.tool_timeout_s(replay=replay)
         return await execute(
             EnvActivities.call_tool,
             CallToolInput(
                 env=self.env,
                 state_key=handle.state_key,
                 call=call,
-                timeout_s=limits.tool_timeout_s,
+                timeout_s=timeout_s,
                 max_output_chars=limits.max_tool_output_chars,
             ),
             task_queue=handle.node_queue,
             schedule_to_start_timeout=timedelta(seconds=self.retry.node_timeout_s),
-            start_to_close_timeout=timedelta(seconds=limits.tool_timeout_s + 30) + ADMISSION_WAIT,
+            start_to_close_timeout=timedelta(seconds=timeout_s + 30) + ADMISSION_WAIT,
             heartbeat_timeout=ENV_HEARTBEAT,
             retry_policy=self.env_retry(),
             summary=("replay " if replay else "") + named_call(call, handle.tools),
@@ -248,7 +276,7 @@ class RolloutEnv:
                 ),
                 task_queue=handle.node_queue,
                 schedule_to_start_timeout=timedelta(seconds=self.retry.node_timeout_s),
-                start_to_close_timeout=REWARD_TIMEOUT,
+                start_to_close_timeout=max(REWARD_TIMEOUT, timedelta(seconds=self._task_seconds("reward_s") or 0)),
                 heartbeat_timeout=ENV_HEARTBEAT,
                 retry_policy=self.env_retry(),
                 summary=f"reward {self.env}" + (" + release" if self.plan_2 else ""),

@@ -3,7 +3,7 @@
 Kept out of the workflow modules on purpose: the workflow sandbox re-imports a workflow's own
 module for every run, and a pydantic model defined there would be rebuilt, with a new type adapter
 in the data converter, for every rollout. This module is passed through the sandbox
-(`gymflow.workers.worker.SANDBOX_PASSTHROUGH`), so each model is built once per worker. It is pure: no I/O,
+(`gymflow.workers.sandbox_runner.SANDBOX_PASSTHROUGH`), so each model is built once per worker. It is pure: no I/O,
 nothing nondeterministic.
 """
 

@@ -1,5 +1,8 @@
 """TrainingRunWorkflow: validate -> bundle -> upload -> launch -> watch -> evaluate every checkpoint.
 
+Preparing (validate, serve, smoke, bundle, upload) is gymflow.workflows.training_prepare; evaluating
+the checkpoints is gymflow.workflows.training_evals; this module launches, watches and closes.
+
 The trainer is an outside process (gymflow.activities.training launches it, locally or on SkyPilot); it
 talks back through two updates: `report` (a step's scalars, maybe a checkpoint) and `finish`
 (answered once every checkpoint is evaluated, so a trainer that serves its checkpoints keeps them
@@ -14,6 +17,10 @@ improvement). Lineage (digests of config, dataset and env bundle; checkpoints; e
 memo and to `runs/<run>/manifest.json`. Cancelling the run (Temporal cancel, or the `cancel`
 signal) stops the trainer first, then cancels (never terminates) every child. Long runs continue
 as new at a point with no eval in flight, carrying their state.
+
+The run lives on a training queue (`names.training_queue`, served by workers of the `training`
+role); its eval batches and its trainer's rollout groups go to the shared queue that queue belongs
+to (`names.rollout_queue`), served by the `rollout` role.
 """
 
 from __future__ import annotations
@@ -28,24 +35,17 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 
 with workflow.unsafe.imports_passed_through():
     from gymflow.activities import errors
-    from gymflow.activities.model import ModelConfig
+    from gymflow.activities.errors import TRAINER_FAILED
     from gymflow.activities.trainer_jobs import LaunchInput, StopInput, TeardownInput, TrainerActivities, WatchInput
     from gymflow.activities.training import (
-        TRAINER_FAILED,
-        TRAINING_CONFIG,
-        BundleInfo,
         ManifestInput,
-        ServicesInput,
         TrainingActivities,
-        UploadInput,
-        ValidateInput,
-        ValidationReport,
     )
     from gymflow.workflows import names, status
     from gymflow.workflows.activity_calls import describe, error_type, execute
-    from gymflow.workflows.schema import BatchInput
     from gymflow.workflows.status import Status
-    from gymflow.workflows.training_evals import Evaluator, child_batch
+    from gymflow.workflows.training_evals import Evaluator
+    from gymflow.workflows.training_prepare import LONG, QUICK, SHORT, prepare
     from gymflow.workflows.training_schema import (
         CheckpointState,
         EvalSummary,
@@ -57,12 +57,9 @@ with workflow.unsafe.imports_passed_through():
         TrainingRunState,
     )
 
-QUICK = RetryPolicy(maximum_attempts=5, non_retryable_error_types=[TRAINING_CONFIG])
 WATCH_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10))
 WATCH_HEARTBEAT = timedelta(seconds=10)
 """A worker killed while watching is noticed within this; the watch resumes on another worker."""
-SHORT = timedelta(minutes=2)
-LONG = timedelta(minutes=30)
 HISTORY_KEEP = 500
 """Scalars of the last this many steps stay in the state (the progress query's plot data)."""
 TERMINAL = ("completed", "failed", "cancelled")
@@ -165,87 +162,7 @@ class TrainingRunWorkflow:
             raise ApplicationError(message, type=kind, non_retryable=True) from exc
 
     async def _prepare(self) -> None:
-        config, run_id = self._config, self._run_id
-        self._phase("validating")
-        report: ValidationReport = await execute(
-            TrainingActivities.validate,
-            ValidateInput(run_id=run_id, config=config),
-            start_to_close_timeout=LONG,
-            retry_policy=QUICK,
-            summary="validate env, dataset, storage, trainer",
-        )
-        policies = {}
-        smoke = config.validation.smoke_policy if config.validation.smoke_rollouts else None
-        for ref in (smoke, config.baseline):
-            if ref is not None and ref.policy is not None:
-                policies[f"policy-{ref.policy}"] = ref.policy
-        urls: dict[str, str] = {}
-        if policies:
-            urls = await execute(
-                TrainingActivities.start_services,
-                ServicesInput(run_id=run_id, env=config.env, policies=policies),
-                start_to_close_timeout=SHORT,
-                heartbeat_timeout=timedelta(seconds=30),
-                retry_policy=QUICK,
-                summary=f"serve {', '.join(sorted(policies.values()))}",
-            )
-        services = sorted(policies)
-
-        def endpoint(ref: Any) -> ModelConfig:
-            if ref.policy is not None:
-                return config.model.model_copy(update={"base_url": urls[f"policy-{ref.policy}"], "model": ""})
-            return config.model.model_copy(update={"base_url": ref.base_url, "model": ref.model})
-
-        if smoke is not None:
-            self._phase("smoke")
-            result = await child_batch(
-                run_id,
-                config.env,
-                f"{run_id}/smoke",
-                BatchInput(
-                    env=config.env,
-                    tasks=report.smoke_tasks,
-                    options=config.rollout_options(endpoint(smoke)),
-                    destination=config.storage,
-                ),
-            )
-            if result.infra_failed:
-                raise ApplicationError(
-                    f"validation: {result.infra_failed} of {result.total} smoke rollouts failed for infrastructure "
-                    f"reasons (batch {result.batch_id})",
-                    type=TRAINING_CONFIG,
-                    non_retryable=True,
-                )
-            floor = config.validation.min_mean_reward
-            if floor is not None and (result.mean_reward or 0.0) < floor:
-                raise ApplicationError(
-                    f"validation.min_mean_reward: the smoke rollouts scored {result.mean_reward}, below {floor}",
-                    type=TRAINING_CONFIG,
-                    non_retryable=True,
-                )
-        self._phase("bundling")
-        bundle: BundleInfo = await execute(
-            TrainingActivities.bundle,
-            config.env,
-            start_to_close_timeout=SHORT,
-            retry_policy=QUICK,
-            summary="bundle env",
-        )
-        self._phase("uploading")
-        self._state.prepared = await execute(
-            TrainingActivities.upload,
-            UploadInput(
-                run_id=run_id,
-                config=config,
-                bundle=bundle,
-                baseline=endpoint(config.baseline),
-                services=services,
-                task_queue=workflow.info().task_queue,
-            ),
-            start_to_close_timeout=LONG,
-            retry_policy=QUICK,
-            summary="upload bundle, dataset, trainer spec",
-        )
+        self._state.prepared = await prepare(self._run_id, self._config, self._state)
         await self._record_lineage()
 
     async def _launch(self) -> None:

@@ -19,9 +19,10 @@ from temporalio.exceptions import CancelledError, ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from gymflow.activities.errors import TRAINING_CONFIG
     from gymflow.activities.model import ModelConfig
-    from gymflow.activities.training import TRAINING_CONFIG, CompareInput, TrainingActivities
-    from gymflow.workflows import status
+    from gymflow.activities.training import CompareInput, TrainingActivities
+    from gymflow.workflows import names, status
     from gymflow.workflows.activity_calls import execute
     from gymflow.workflows.group import BatchRolloutWorkflow
     from gymflow.workflows.schema import BatchInput, BatchResult
@@ -44,6 +45,8 @@ async def child_batch(run_id: str, env: str, batch_id: str, batch: BatchInput) -
             BatchRolloutWorkflow.run,
             batch,
             id=batch_id,
+            # Rollouts run on the shared queue the run's training queue belongs to (gymflow.workflows.names).
+            task_queue=names.rollout_queue(workflow.info().task_queue),
             parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
             search_attributes=TypedSearchAttributes(status.start_attributes(env, run=run_id, batch=batch_id)),
         )

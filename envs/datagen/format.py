@@ -27,7 +27,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from gymflow.envs.contract import DatasetError, Message, Task, Wire
+from gymflow.envs.contract import Message, Task, Wire
+from gymflow.envs.errors import DatasetError
 
 FORMAT = "gymflow-dataset/1"
 MANIFEST = "manifest.json"

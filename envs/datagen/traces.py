@@ -30,6 +30,7 @@ from pydantic import Field
 
 from gymflow.envs.contract import Message, Task, ToolSpec, Wire
 from gymflow.envs.datagen.corpus import Rejection, reject
+from gymflow.envs.errors import ChatFormatError
 from gymflow.envs.wire import chat
 
 Redactor = Callable[[str], str]
@@ -96,7 +97,7 @@ def parse_trace_line(line: bytes, number: int, *, source: str) -> list[TraceTurn
         return reject(item, "scan", "no_messages", "'messages' must be a non-empty list")
     try:
         request = chat.read_request(row["messages"], row.get("tools"))
-    except (chat.ChatFormatError, ValueError) as exc:
+    except (ChatFormatError, ValueError) as exc:
         return reject(item, "scan", "bad_messages", str(exc)[:200])
     session = str(row.get("session_id") or row.get("id") or f"line-{number}")
     turns: list[TraceTurn] = []

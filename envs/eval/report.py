@@ -169,7 +169,8 @@ NOTES = [
     "Infra-failed rollouts are excluded from every statistic and counted separately; never scored 0.",
     "Mean = mean of per-task mean rewards; IQM = 25%-trimmed mean of all scored rewards (rliable).",
     "Aggregate CIs: stratified percentile bootstrap (rliable): scored rollouts resampled within each task, "
-    "tasks fixed, so they leave out the variance from choosing other tasks.",
+    "tasks fixed, so they leave out the variance from choosing other tasks. Where every task has a single "
+    "scored rollout there is nothing to redraw within a task, and the tasks themselves are resampled instead.",
     "Per-task CIs: percentile bootstrap of the task's mean; none below two scored rollouts.",
     "pass@k (Chen et al. 2021, unbiased) and pass^k (tau-bench), k up to the fewest scored rollouts of a scored task.",
 ]

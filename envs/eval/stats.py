@@ -24,6 +24,8 @@ import numpy as np
 import scipy.stats
 from numpy.typing import ArrayLike, NDArray
 
+from gymflow.envs.errors import StatsError
+
 Array = NDArray[np.float64]
 Groups = list[Array]
 """Per-task 1-D arrays of run scores (a matrix's rows, or ragged)."""
@@ -32,10 +34,6 @@ Scores = ArrayLike | Sequence[ArrayLike]
 Aggregate = Literal["iqm", "mean"]
 
 _CHUNK_ELEMENTS = 1 << 22  # resampled values held at once (~32 MB of float64)
-
-
-class StatsError(ValueError):
-    """The input cannot be summarised as asked (empty, non-finite, ragged, k > n, ...)."""
 
 
 @dataclass(frozen=True)
@@ -247,8 +245,19 @@ def aggregate_ci(
             return np.mean([r.mean(axis=1) for r in drawn[0]], axis=0)
         return np.asarray(scipy.stats.trim_mean(np.concatenate(drawn[0], axis=1), 0.25, axis=1))
 
+    kind = "stratified percentile"
+    if _one_run_each(groups):
+        # Nothing to redraw within a task: the stratified interval would be [value, value]. The
+        # tasks are then the sample, resampled as one stratum (for both statistics the value is
+        # unchanged: one run per task makes the mean of task means the pooled mean).
+        groups, kind = [np.concatenate(groups)], "task-resampling percentile"
     reps = _replicates([groups], replicate, boot.reps, np.random.default_rng(boot.seed))
-    return Estimate(value, *_interval(reps, boot.alpha), boot.confidence, boot.describe("stratified percentile"))
+    return Estimate(value, *_interval(reps, boot.alpha), boot.confidence, boot.describe(kind))
+
+
+def _one_run_each(groups: Groups) -> bool:
+    """Every task has a single run and there are at least two tasks to resample."""
+    return len(groups) > 1 and all(g.size == 1 for g in groups)
 
 
 # -- pass@k and pass^k -----------------------------------------------------------------------
@@ -389,10 +398,30 @@ def compare(x: Scores, y: Scores, *, ragged: bool = False, boot: Bootstrap = DEF
         d = np.mean([a.mean(axis=1) - b.mean(axis=1) for a, b in zip(xs, ys, strict=True)], axis=0)
         return np.stack([d, _poi(xs, ys)], axis=1)
 
+    if _one_run_each(gx) and _one_run_each(gy):
+        # One run per task on each side: redraw tasks (pairs kept together), not runs.
+        return _compare_over_tasks(gx, gy, diff, poi, boot)
     pair = _replicates([gx, gy], statistic, boot.reps, np.random.default_rng(boot.seed))
     method = boot.describe("stratified paired percentile")
     return Comparison(
         Estimate(diff, *_interval(pair[:, 0], boot.alpha), boot.confidence, method),
         Estimate(poi, *_interval(pair[:, 1], boot.alpha), boot.confidence, method),
+        len(gx),
+    )
+
+
+def _compare_over_tasks(gx: Groups, gy: Groups, diff: float, poi: float, boot: Bootstrap) -> Comparison:
+    """`compare` when every task has one run per side: a paired percentile bootstrap over tasks."""
+    x = np.concatenate(gx)
+    y = np.concatenate(gy)
+    rng = np.random.default_rng(boot.seed)
+    idx = rng.integers(0, x.size, size=(boot.reps, x.size))
+    xs, ys = x[idx], y[idx]
+    d = (xs - ys).mean(axis=1)
+    p = ((xs > ys) + 0.5 * (xs == ys)).mean(axis=1)
+    method = boot.describe("paired task-resampling percentile")
+    return Comparison(
+        Estimate(diff, *_interval(d, boot.alpha), boot.confidence, method),
+        Estimate(poi, *_interval(p, boot.alpha), boot.confidence, method),
         len(gx),
     )

@@ -12,7 +12,10 @@ A server is reached one of three ways:
   per-rollout server is never reachable from outside the node.
 
 `{workspace}` in args and env becomes the rollout's workspace directory (for servers that want an
-absolute path, say a database file).
+absolute path, say a database file); for a server inside a container, the workspace's path there.
+`{sandbox}` becomes the name of the rollout's sandbox (its container), for a server on the worker
+that acts on it (gymflow.envs.runtime.terminal). Where a server runs is its `runtime`, else its
+env's (gymflow.envs.runtime.config).
 """
 
 from __future__ import annotations
@@ -27,11 +30,14 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from gymflow.envs.contract import Wire
+from gymflow.envs.runtime.config import RuntimeConfig
 
 PORT = "{port}"
 """Placeholder for the free port of a per-rollout HTTP server."""
 WORKSPACE = "{workspace}"
 """Placeholder for the rollout's workspace directory."""
+SANDBOX = "{sandbox}"
+"""Placeholder for the name of the rollout's sandbox (its container)."""
 TOKEN = "{token}"
 """Placeholder for the bearer token of a per-rollout HTTP server (with `bearer_token: true`)."""
 TOKEN_ENV = "GYMFLOW_MCP_TOKEN"
@@ -70,6 +76,9 @@ class McpServerConfig(Wire):
     """For a per-rollout HTTP server that checks one: a fresh random token per server process, given
     to it in the environment (`GYMFLOW_MCP_TOKEN`, or `{token}` in `env`/`args`) and sent by the
     client as `Authorization: Bearer`, so other local processes cannot call the rollout's tools."""
+    runtime: RuntimeConfig | None = None
+    """Where this server runs: None, in the env's runtime (the rollout's sandbox); `{kind: process}`
+    on the worker; another config, in a sandbox of its own (gymflow.envs.runtime.config)."""
     max_inline_media_bytes: int = Field(default=MAX_INLINE_MEDIA_BYTES, ge=0)
     """Images/audio/blobs of one result up to this many bytes stay inline (base64); larger ones
     are saved as workspace files (see gymflow.envs.contract.ToolAttachment)."""
@@ -96,6 +105,8 @@ class McpServerConfig(Wire):
                     raise ValueError(f"'url' of a per-rollout server must be on 127.0.0.1, got {self.url!r}")
             elif PORT in self.url:
                 raise ValueError(f"'url' has {PORT!r} but there is no 'command' to start a server on it")
+        if self.runtime is not None and self.runtime.isolated and self.url is not None:
+            raise ValueError("a server in a sandbox talks stdio: give it 'command', not 'url'")
         if self.bearer_token and not self.per_rollout_http:
             raise ValueError("'bearer_token' needs a per-rollout HTTP server ('command' and a '{port}' 'url')")
         return self
@@ -112,12 +123,14 @@ class McpServerConfig(Wire):
         return sys.executable if self.command in {"python", "python3"} else self.command
 
     def render(
-        self, *, workspace: str, port: int | None = None, token: str | None = None
+        self, *, workspace: str, port: int | None = None, token: str | None = None, sandbox: str | None = None
     ) -> tuple[list[str], dict[str, str]]:
         """Args and env with the placeholders filled in (and the token in `GYMFLOW_MCP_TOKEN`)."""
 
         def fill(text: str) -> str:
             text = text.replace(WORKSPACE, workspace)
+            if sandbox is not None:
+                text = text.replace(SANDBOX, sandbox)
             if token is not None:
                 text = text.replace(TOKEN, token)
             return text.replace(PORT, str(port)) if port is not None else text

@@ -13,6 +13,11 @@ Three ways to define one:
 * `McpEnv.from_file("env.yaml")`: servers, prompt, reward functions, dataset and recovery flags
   from one YAML/JSON file (gymflow.envs.mcp.envfile); `gymflow rollout env.yaml` runs it.
 
+Where the servers run is the env's `runtime` (a class attribute, `runtime:` in an env file;
+gymflow.envs.runtime.config): local processes by default, or one container per rollout on the
+node's engine, every server spawned inside it. The worker hands its node's runtimes in
+(`runtimes=`); an env built elsewhere makes its own on first use.
+
 Rewards may inspect the live rollout: `reward_fns` (gymflow.envs.mcp.reward) get the workspace and the
 rollout's live servers, and `tools(rollout_id)` gives a subclass's `compute_reward` the same.
 """
@@ -25,7 +30,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gymflow.envs.contract import BaseEnv, InfraError, Message, Reward, RolloutNotFound, ToolResult, ToolSpec
+from pydantic import ValidationError
+
+from gymflow.envs.contract import BaseEnv, Message, Reward, ToolResult, ToolSpec, Unavailable
+from gymflow.envs.errors import InfraError, RolloutNotFound
 from gymflow.envs.mcp import workspace as ws
 from gymflow.envs.mcp.config import McpServerConfig, parse_servers
 from gymflow.envs.mcp.content import Parser, load_parser
@@ -34,6 +42,8 @@ from gymflow.envs.mcp.ledger import LEDGER_DIR, Ledger
 from gymflow.envs.mcp.library_reward import DEFAULT_REWARD
 from gymflow.envs.mcp.pool import WarmPool
 from gymflow.envs.mcp.reward import RewardFn, RolloutTools, final_text, score
+from gymflow.envs.runtime.config import RuntimeConfig
+from gymflow.envs.runtime.node import NodeRuntimes, unavailable_runtime
 from gymflow.workers.admission import Admission
 
 DEFAULT_POOL_SIZE = 2
@@ -51,6 +61,8 @@ class McpEnv(BaseEnv):
     """Files copied into every workspace and a setup command run in it before its servers start."""
     workspace_quota_mb: ClassVar[int | None] = None
     """This env's own per-rollout disk quota, over the worker's default (`default_workspace_quota_mb`)."""
+    runtime: ClassVar[RuntimeConfig | Mapping[str, Any] | None] = None
+    """Where every rollout's servers run (gymflow.envs.runtime.config); None: local processes."""
 
     def __init__(
         self,
@@ -61,6 +73,7 @@ class McpEnv(BaseEnv):
         workspace_quota_mb: int | None = None,
         default_workspace_quota_mb: int = ws.DEFAULT_QUOTA_MB,
         admission: Admission | None = None,
+        runtimes: NodeRuntimes | None = None,
         **kwargs: Any,
     ) -> None:
         """Args:
@@ -72,8 +85,13 @@ class McpEnv(BaseEnv):
         default_workspace_quota_mb: The worker's quota for envs that set none.
         admission: The node's admission control, shared by every env of a worker (default: one
             of this env's own, sized to the machine).
+        runtimes: The node's runtimes, shared by every env of a worker (default: made on first
+            use, when a server runs in a sandbox, and closed at `shutdown`).
         """
         super().__init__(**kwargs)
+        self.runtime_config = self.resolve_runtime()
+        self._runtimes = runtimes
+        self._own_runtimes: NodeRuntimes | None = None
         self.admission = admission or Admission()
         self.quota_mb: int = self.resolve_quota(workspace_quota_mb, default_workspace_quota_mb)
         self.servers: dict[str, McpServerConfig] = parse_servers(servers if servers is not None else self.mcp_servers)
@@ -91,10 +109,45 @@ class McpEnv(BaseEnv):
             ledger=Ledger(self.workspace_root / LEDGER_DIR),
             seed=self.workspace_seed,
             admission=self.admission,
+            runtime=self.runtime_config,
+            runtimes=self.node_runtimes,
         )
         self.pool = WarmPool(size=pool_size, start=self._factory.start, stop=self._factory.stop)
         self._rollouts: dict[str, ServerSet] = {}
         self._tool_cache: list[ToolSpec] | None = None
+
+    @classmethod
+    def resolve_runtime(cls) -> RuntimeConfig | None:
+        """The class's `runtime`, validated (a bad one is a ValueError naming the field)."""
+        if cls.runtime is None or isinstance(cls.runtime, RuntimeConfig):
+            return cls.runtime
+        try:
+            return RuntimeConfig.model_validate(cls.runtime)
+        except ValidationError as exc:
+            problems = "; ".join(f"runtime.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+            raise ValueError(problems) from None
+
+    @classmethod
+    def unavailable(cls, **env_kwargs: Any) -> Unavailable | None:
+        """A container or bwrap runtime (the env's or a server's) on a node that lacks it: the install command."""
+        del env_kwargs
+        try:
+            runtime = cls.resolve_runtime()
+            servers = parse_servers(cls.mcp_servers) if cls.mcp_servers else {}
+        except ValueError:
+            return None  # a bad config is reported where the env is built
+        kinds = {c.runtime.kind for c in servers.values() if c.runtime is not None}
+        if runtime is not None:
+            kinds.add(runtime.kind)
+        return next(filter(None, (unavailable_runtime(kind) for kind in sorted(kinds))), None)
+
+    def node_runtimes(self) -> NodeRuntimes:
+        """The node's runtimes (this env's own when the worker gave none)."""
+        if self._runtimes is not None:
+            return self._runtimes
+        if self._own_runtimes is None:
+            self._own_runtimes = NodeRuntimes.local()
+        return self._own_runtimes
 
     @classmethod
     def resolve_quota(cls, explicit: int | None, default: int = ws.DEFAULT_QUOTA_MB) -> int:
@@ -161,6 +214,8 @@ class McpEnv(BaseEnv):
         await self.pool.close()
         await asyncio.gather(*(self.release_rollout(r) for r in list(self._rollouts)), return_exceptions=True)
         self._factory.ledger.close()
+        if self._own_runtimes is not None:
+            await self._own_runtimes.close()
 
     def live_rollouts(self) -> Sequence[str]:
         """Ids of the rollouts this instance holds."""

@@ -15,6 +15,10 @@
     workspace:                        # every workspace, before its servers start
       files: {data.db: seed/data.db}  # workspace path: source (file or directory)
       setup: git init -q              # run in the workspace (sh -c), `{workspace}` filled in
+    runtime:                          # where the servers run (gymflow.envs.runtime.config); default: local processes
+      kind: container                 # one container per rollout; every server's command runs inside it
+      build: ./image                  # or image: NAME; a build context next to env.yaml, built once per node
+      limits: {memory_mb: 1024, storage_mb: 2048, pids: 256}
     policies:                         # scripted policies: `--policy NAME`, `gymflow policy serve env.yaml`
       reference: my_policy.py:MyPolicy  # module:Class or file.py:Class (a gymflow.envs.policy.Policy)
 
@@ -52,6 +56,7 @@ import yaml
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from gymflow.envs.contract import Task, Wire
+from gymflow.envs.errors import EnvFileError
 from gymflow.envs.mcp.config import BUILTIN_PARSERS, WORKSPACE, parse_servers
 from gymflow.envs.mcp.env import McpEnv
 from gymflow.envs.mcp.library_reward import LibraryReward, LibraryRewardSpec
@@ -59,7 +64,8 @@ from gymflow.envs.mcp.plugins import load_callable
 from gymflow.envs.mcp.reward import REWARD_KWARGS, REWARD_SIGNATURE, RewardFn, check_reward_fn
 from gymflow.envs.mcp.workspace import WorkspaceSeed
 from gymflow.envs.policy import DEFAULT, NULL, Policy, PolicySpec
-from gymflow.envs.registry import ENV_FILE_SUFFIXES, EnvFileError
+from gymflow.envs.registry import ENV_FILE_SUFFIXES
+from gymflow.envs.runtime.config import RuntimeConfig
 
 RewardSpecs = str | LibraryRewardSpec | list[str | LibraryRewardSpec] | None
 
@@ -92,6 +98,9 @@ class EnvFile(Wire):
     """Files and a setup command every workspace gets before its servers start (gymflow.envs.mcp.workspace)."""
     workspace_quota_mb: int | None = Field(default=None, ge=1)
     """Disk quota of each rollout's workspace in MB (default: the worker's `workspace_quota_mb`)."""
+    runtime: RuntimeConfig | None = None
+    """Where every rollout's servers run: local processes (default) or a container per rollout
+    (gymflow.envs.runtime.config); a server's own `runtime` overrides it."""
     policies: dict[str, str] = Field(default_factory=dict)
     """Scripted policies, name -> `module:Class` or `file.py:Class` (gymflow.envs.policy): the first is the
     default of `--policy`, and `gymflow policy serve ENV --policy NAME` serves any of them."""
@@ -208,6 +217,7 @@ def _build(name: str, path: Path, mtime_ns: int, size: int) -> type[FileEnv]:
         "fused_turns": config.fused_turns,
         "workspace_quota_mb": config.workspace_quota_mb,
         "policies": policies,
+        "runtime": _absolute_build(config.runtime, base),
         "dataset_path": (base / config.dataset) if config.dataset else None,
         "__module__": __name__,
     }
@@ -269,6 +279,16 @@ def _policies(specs: dict[str, str], base: Path) -> dict[str, PolicySpec]:
     return policies  # made on use (`--policy`), not here: a worker never plays them
 
 
+def _absolute_build(runtime: RuntimeConfig | None, base: Path) -> RuntimeConfig | None:
+    """The runtime with its build context resolved against the env file's directory, checked to exist."""
+    if runtime is None or runtime.build is None:
+        return runtime
+    context = (base / runtime.build).resolve()
+    if not (context / "Dockerfile").is_file():
+        raise ValueError(f"runtime.build: no Dockerfile in {context}")
+    return runtime.model_copy(update={"build": str(context)})
+
+
 def _absolute_spec(spec: str, base: Path) -> str:
     """`file.py:name` made absolute against `base`; any other spec as it is."""
     target, sep, attr = spec.rpartition(":")
@@ -285,6 +305,9 @@ def _absolute_paths(name: str, server: dict[str, Any], base: Path, seeded: set[s
             into the workspace (a typo, or a path written relative to somewhere else).
     """
     fixed = dict(server)
+    runtime = server.get("runtime")
+    if isinstance(runtime, dict) and isinstance(runtime.get("build"), str):
+        fixed["runtime"] = {**runtime, "build": str((base / runtime["build"]).resolve())}
     parsers = server.get("parsers")
     if isinstance(parsers, dict):
         fixed["parsers"] = {

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import Process
 
-from gymflow.envs.contract import InfraError
+from gymflow.envs.errors import InfraError
 from gymflow.envs.mcp.config import PORT, TOKEN_ENV, McpServerConfig
 from gymflow.envs.mcp.transport import kill_group, server_env, with_log_tail
 

@@ -1,10 +1,12 @@
 """One isolated copy of an env's MCP servers: a fresh workspace and one session per server.
 
 A rollout owns exactly one ServerSet from init to release; the warm pool keeps a few started
-ahead of demand. Workspaces are named at random, not after a rollout, because a pooled set is
-created before its rollout is known. Everything a set owns is written to the ledger before it
-exists (the workspace) or right after (the server pids), so a worker that dies leaves nothing a
-new worker cannot find and free.
+ahead of demand. Under an env `runtime` (gymflow.envs.runtime.config) the set also owns the
+rollout's sandbox (a container), started before its servers and released after them; a server with
+a runtime of its own gets a sandbox of its own. Workspaces are named at random, not after a
+rollout, because a pooled set is created before its rollout is known. Everything a set owns is
+written to the ledger before it exists (the workspace) or right after (the server pids), so a
+worker that dies leaves nothing a new worker cannot find and free.
 """
 
 from __future__ import annotations
@@ -12,17 +14,21 @@ from __future__ import annotations
 import asyncio
 import shutil
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gymflow.envs.contract import ToolError, ToolResult, ToolSpec
+from gymflow.envs.contract import ToolResult, ToolSpec
+from gymflow.envs.errors import InfraError, ToolError
 from gymflow.envs.mcp.config import McpServerConfig
 from gymflow.envs.mcp.content import Parser
 from gymflow.envs.mcp.ledger import Ledger
 from gymflow.envs.mcp.session import McpSession
 from gymflow.envs.mcp.workspace import WorkspaceSeed, seed_workspace
+from gymflow.envs.runtime.base import Sandbox
+from gymflow.envs.runtime.config import RuntimeConfig
+from gymflow.envs.runtime.node import NodeRuntimes
 from gymflow.workers.admission import Admission
 
 
@@ -33,6 +39,8 @@ class ServerSet:
     entry: str
     workspace: Path
     sessions: dict[str, McpSession] = field(default_factory=dict)
+    sandboxes: dict[str, Sandbox] = field(default_factory=dict)
+    """The rollout's sandboxes: "" for the env's, a server's name for a server's own."""
     routes: dict[str, tuple[McpSession, str]] = field(default_factory=dict)
     """model-facing tool name -> (session, server-side tool name)"""
 
@@ -85,7 +93,12 @@ class ServerSetFactory:
         ledger: Ledger,
         seed: WorkspaceSeed | None = None,
         admission: Admission | None = None,
+        runtime: RuntimeConfig | None = None,
+        runtimes: Callable[[], NodeRuntimes] | None = None,
     ) -> None:
+        self.runtime = runtime
+        self.runtimes = runtimes
+        """The node's runtimes (asked only when some server runs in a sandbox)."""
         self.servers = dict(servers)
         self.admission = admission or Admission()
         self.parsers = dict(parsers)
@@ -112,12 +125,22 @@ class ServerSetFactory:
         self.ledger.record(entry, workspace=workspace)
         workspace.mkdir(parents=True)
         sset = ServerSet(entry=entry, workspace=workspace)
-        sessions = [
-            McpSession(name, cfg, workspace=workspace, parsers=self.parsers.get(name), nice=self.admission.nice)
-            for name, cfg in self.servers.items()
-        ]
-        sset.sessions = {s.name: s for s in sessions}
         try:
+            await self._start_sandboxes(sset)
+            shared = sset.sandboxes.get("")
+            sessions = [
+                McpSession(
+                    name,
+                    cfg,
+                    workspace=workspace,
+                    parsers=self.parsers.get(name),
+                    nice=self.admission.nice,
+                    sandbox=sset.sandboxes.get(name, shared) if self._isolated(cfg) else None,
+                    sandbox_name=getattr(shared, "name", None),
+                )
+                for name, cfg in self.servers.items()
+            ]
+            sset.sessions = {s.name: s for s in sessions}
             if self.seed is not None:  # files and setup before any server sees the workspace
                 await seed_workspace(workspace, self.seed)
             # Not gather(*...) without return_exceptions: one failure must not leave siblings starting.
@@ -130,9 +153,40 @@ class ServerSetFactory:
             raise
         return sset
 
+    def _isolated(self, config: McpServerConfig) -> bool:
+        effective = config.runtime or self.runtime
+        return effective is not None and effective.isolated
+
+    async def _start_sandboxes(self, sset: ServerSet) -> None:
+        """The env's sandbox (when some server runs in it) and the servers' own, before any server starts."""
+        wanted: dict[str, RuntimeConfig] = {}
+        for name, config in self.servers.items():
+            if config.runtime is not None and config.runtime.isolated:
+                wanted[name] = config.runtime
+            elif config.runtime is None and self.runtime is not None and self.runtime.isolated:
+                wanted[""] = self.runtime
+        if self.runtime is not None and self.runtime.isolated:
+            wanted[""] = self.runtime  # host-side servers act on it by name (`{sandbox}`)
+        if not wanted:
+            return
+        if self.runtimes is None:
+            raise InfraError("this env runs servers in a sandbox, but no runtimes were given to it")
+        runtimes = self.runtimes()
+        for key, runtime in wanted.items():
+            workspace = sset.workspace if key == "" else sset.workspace.with_name(f"{sset.workspace.name}.{key}.ws")
+            sset.sandboxes[key] = await runtimes.start(runtime, rollout_id=sset.entry, workspace=workspace)
+
     async def stop(self, sset: ServerSet) -> None:
-        """Stop the servers, delete the workspace and its logs, drop the ledger entry. Idempotent."""
+        """Stop the servers and sandboxes, delete the workspace and its logs, drop the ledger entry. Idempotent."""
         await asyncio.gather(*(s.close() for s in sset.sessions.values()), return_exceptions=True)
+        sandboxes = list(sset.sandboxes.values())
+        sset.sandboxes = {}
+        await asyncio.gather(*(sandbox.release() for sandbox in sandboxes), return_exceptions=True)
+        for sandbox in sandboxes:  # a container's workspace path is a link to its (now gone) disk
+            if sandbox.workspace.is_symlink():
+                sandbox.workspace.unlink(missing_ok=True)
+        if sset.workspace.is_symlink():
+            sset.workspace.unlink(missing_ok=True)
         shutil.rmtree(sset.workspace, ignore_errors=True)
         for log in sset.workspace.parent.glob(f"{sset.workspace.name}.*.stderr.log"):
             log.unlink(missing_ok=True)

@@ -1,6 +1,6 @@
 """A warm pool of started ServerSets, so a rollout's init takes a ready one in milliseconds.
 
-Starting an MCP server process costs most of a rollout's init (~0.7 s for a Python server), so
+Starting an MCP server process (an interpreter, imports, the handshake) is most of a rollout's init, so
 each env instance keeps `size` sets started ahead of demand, each in its own fresh workspace.
 `acquire` hands out the oldest live one and refills in the background; with none ready it starts
 one on the spot (a cold start), so the pool only ever saves time. A pooled set is never reused:

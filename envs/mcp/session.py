@@ -25,11 +25,13 @@ import mcp_types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from gymflow.envs.contract import InfraError, ToolError, ToolResult, ToolSpec
-from gymflow.envs.mcp.config import McpServerConfig
+from gymflow.envs.contract import ToolResult, ToolSpec
+from gymflow.envs.errors import InfraError, ToolError
+from gymflow.envs.mcp.config import WORKSPACE, McpServerConfig
 from gymflow.envs.mcp.content import Parser, apply_parser, render_result
 from gymflow.envs.mcp.http import HttpServerProcess
 from gymflow.envs.mcp.transport import ProcessTransport, with_log_tail
+from gymflow.envs.runtime.base import Sandbox
 
 _KILL_CONFIRM_S = 5.0
 """Longest a tool timeout waits for the killed server to be gone before answering."""
@@ -51,7 +53,13 @@ class McpSession:
         workspace: Path,
         parsers: dict[str, Parser] | None = None,
         nice: int = 0,
+        sandbox: Sandbox | None = None,
+        sandbox_name: str | None = None,
     ) -> None:
+        """`sandbox`: run the server inside it (its command spawned through `Sandbox.stdio_command`);
+        `sandbox_name`: the rollout's sandbox, for the `{sandbox}` placeholder of a server outside it."""
+        self.sandbox = sandbox
+        self.sandbox_name = sandbox_name
         self.name = name
         self.nice = nice
         self.config = config
@@ -128,14 +136,9 @@ class McpSession:
             target = self.http_process.transport()  # the URL, with the bearer token when it has one
             self._watch(self.http_process.wait())
         elif self.config.command is not None:
-            args, env = self.config.render(workspace=str(self.workspace))
+            command, args, env, cwd = self._spawn()
             self.transport = ProcessTransport(
-                self.config.executable(),
-                args,
-                env=env,
-                cwd=self.config.working_dir(self.workspace),
-                stderr_path=self.log_path,
-                nice=self.nice,
+                command, args, env=env, cwd=cwd, stderr_path=self.log_path, nice=self.nice
             )
             target = self.transport
         else:
@@ -159,6 +162,20 @@ class McpSession:
         listing = await self._client.list_tools()
         allowed = self.config.allowed_tools
         self.tools = [t for t in listing.tools if allowed is None or t.name in allowed]
+
+    def _spawn(self) -> tuple[str, list[str], dict[str, str], Path]:
+        """The host command of a stdio server: its own, or the sandbox's wrapper around it."""
+        assert self.config.command is not None
+        if self.sandbox is None:
+            args, env = self.config.render(workspace=str(self.workspace), sandbox=self.sandbox_name)
+            return self.config.executable(), args, env, self.config.working_dir(self.workspace)
+        mount = self.sandbox.workspace_mount
+        args, env = self.config.render(workspace=mount, sandbox=self.sandbox_name)
+        cwd = self.config.cwd.replace(WORKSPACE, mount) if self.config.cwd else None
+        # A sandbox on the worker's own root (bwrap) runs the worker's interpreter for `python`.
+        command = self.config.executable() if self.sandbox.shares_host_root else self.config.command
+        spawn = self.sandbox.stdio_command([command, *args], cwd=cwd, env=env)
+        return spawn.argv[0], spawn.argv[1:], spawn.env, Path(spawn.cwd) if spawn.cwd else self.workspace
 
     def _watch(self, event: Any) -> None:
         async def watch() -> None:

@@ -16,7 +16,8 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import Field, field_validator
 
-from gymflow.envs.contract import InfraError, ToolError, Wire
+from gymflow.envs.contract import Wire
+from gymflow.envs.errors import InfraError, WorkspaceError
 from gymflow.envs.mcp.transport import server_env
 
 MAX_COPY_BYTES = 256 * 1024 * 1024
@@ -59,10 +60,6 @@ def check_quota(root: Path, quota_mb: int) -> None:
     over = over_quota(root, quota_mb)
     if over is not None:
         raise ValueError(f"the task's files do not fit: {over}")
-
-
-class WorkspaceError(ToolError):
-    """A workspace path or copy was refused (escape attempt, too large, missing)."""
 
 
 def resolve_inside(root: Path, name: str | Path) -> Path:

@@ -11,6 +11,7 @@ workflows all use the same code:
 * `group` — rank rewards, GRPO / Dr. GRPO advantages, near-duplicate diversity scaling.
 """
 
+from gymflow.envs.errors import JudgeParseError
 from gymflow.envs.rewards.extract import (
     extract_answer,
     extract_boxed,
@@ -29,13 +30,7 @@ from gymflow.envs.rewards.group import (
     near_duplicate_clusters,
     rank_rewards,
 )
-from gymflow.envs.rewards.judge import (
-    JudgeParseError,
-    JudgeVerdict,
-    parse_judge_reply,
-    render_judge_prompt,
-    verdict_reward,
-)
+from gymflow.envs.rewards.judge import JudgeVerdict, parse_judge_reply, render_judge_prompt, verdict_reward
 from gymflow.envs.rewards.numeric import math_equivalent, numeric_close, parse_number
 from gymflow.envs.rewards.rubric import Criterion, Rubric, aggregate
 from gymflow.envs.rewards.text import exact_match, normalize_answer, normalized_match, set_iou, split_items, token_f1

@@ -35,6 +35,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from gymflow.envs.contract import Message, Reward, Wire
+from gymflow.envs.errors import JudgeParseError
 from gymflow.envs.rewards.lenient_json import LenientJSONError, json_candidates, loads_lenient
 from gymflow.envs.rewards.rubric import Criterion, Rubric, aggregate, criterion_key
 
@@ -64,18 +65,6 @@ Give every criterion of the rubric, by its exact name. A binary criterion is sco
 statement holds for the response) or 0 (it does not). A scaled criterion is scored with a number \
 on its scale. A criterion marked as a flaw describes something bad: score it 1 (or high) when the \
 response HAS the flaw."""
-
-
-class JudgeParseError(ValueError):
-    """The judge's reply cannot be read as scores for the rubric.
-
-    Attributes:
-        missing: Criteria the reply gave no score for (empty when the problem is another).
-    """
-
-    def __init__(self, message: str, *, missing: Sequence[str] = ()) -> None:
-        super().__init__(message)
-        self.missing = tuple(missing)
 
 
 class JudgeVerdict(Wire):

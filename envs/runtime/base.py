@@ -37,14 +37,10 @@ from typing import Protocol
 
 from pydantic import Field
 
-from gymflow.envs.contract import InfraError, Wire
+from gymflow.envs.contract import Wire
 
 DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
 """Output kept of one command per stream unless the caller says otherwise."""
-
-
-class SandboxError(InfraError):
-    """The sandbox itself failed (cannot start, vanished, engine error): never the model's fault."""
 
 
 class Limits(Wire):
@@ -120,6 +116,11 @@ class Sandbox(ABC):
 
     rollout_id: str
     node_id: str
+    name: str = ""
+    """Its name on its engine (a container's name), for tools on the worker that act on it."""
+    shares_host_root: bool = False
+    """Whether the sandbox sees the host's own system files (bwrap: read-only), so host paths of
+    programs (the worker's interpreter) run inside it."""
     workspace: Path
     """The workspace on the host."""
     workspace_mount: str

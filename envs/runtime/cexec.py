@@ -21,15 +21,9 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gymflow.envs.runtime.base import (
-    DEFAULT_MAX_OUTPUT_BYTES,
-    CappedOutput,
-    ExecResult,
-    SandboxError,
-    drain,
-    feed_stdin,
-)
-from gymflow.envs.runtime.engine import Engine, kill_session
+from gymflow.envs.errors import SandboxError
+from gymflow.envs.runtime.base import DEFAULT_MAX_OUTPUT_BYTES, CappedOutput, ExecResult, drain, feed_stdin
+from gymflow.envs.runtime.engine import Engine, client_dir, kill_session
 
 MARK = b"\x1egymflow-pid:"
 PID_WRAPPER = 'printf \'\\036gymflow-pid:%s\\n\' "$$" >&2; exec "$@"'
@@ -138,6 +132,7 @@ class ContainerExec:
         started = time.monotonic()
         process = await asyncio.create_subprocess_exec(
             *full,
+            cwd=client_dir(),
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

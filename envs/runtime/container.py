@@ -36,8 +36,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import SandboxError, UserError
 from gymflow.envs.mcp.transport import server_env
+from gymflow.envs.runtime import owners
 from gymflow.envs.runtime.base import (
     DEFAULT_MAX_OUTPUT_BYTES,
     ExecResult,
@@ -45,12 +46,19 @@ from gymflow.envs.runtime.base import (
     RolloutSpec,
     Runtime,
     Sandbox,
-    SandboxError,
     StdioCommand,
 )
 from gymflow.envs.runtime.cexec import ContainerExec
 from gymflow.envs.runtime.disk import RolloutDisk
-from gymflow.envs.runtime.engine import LABEL_MARKER, LABEL_NODE, LABEL_OWNER, LABEL_ROLLOUT, LABEL_STATE, Engine
+from gymflow.envs.runtime.engine import (
+    LABEL_MARKER,
+    LABEL_NODE,
+    LABEL_OWNER,
+    LABEL_ROLLOUT,
+    LABEL_STATE,
+    Engine,
+    client_dir,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +98,20 @@ class ContainerSandbox(Sandbox):
     ) -> ExecResult:
         if self._released:
             raise SandboxError(f"container {self.name} was released")
-        return await self.executor.exec(
+        result = await self.executor.exec(
             argv, stdin=stdin, timeout_s=timeout_s, max_output_bytes=max_output_bytes, cwd=cwd, env=env
         )
+        # A command killed by a signal (137: the container's init was killed with it) or an engine
+        # failure: tell a dead container from a command that died, so no result of a dead container
+        # reads as the command's.
+        if (result.exit_code is None or result.exit_code >= 125) and not await self.running():
+            raise SandboxError(f"container {self.name} stopped (killed or removed outside gymflow)")
+        return result
+
+    async def running(self) -> bool:
+        """Whether the container still runs."""
+        done = await self.engine.run(["inspect", "--format", "{{.State.Running}}", self.name], check=False)
+        return done.returncode == 0 and done.stdout.strip() == "true"
 
     def stdio_command(
         self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None
@@ -100,7 +119,7 @@ class ContainerSandbox(Sandbox):
         full = self.engine.exec_argv(
             self.name, list(argv), interactive=True, workdir=cwd or self.workdir, env=dict(env or {})
         )
-        return StdioCommand(argv=full, env=server_env(None))
+        return StdioCommand(argv=full, env=server_env(None), cwd=str(client_dir()))
 
     async def copy_in(self, src: Path, dst: str) -> None:
         is_dir = source_kind(src)
@@ -149,11 +168,13 @@ class ContainerRuntime(Runtime):
         if self.engine.kind != "podman":
             raise UserError("the container runtime needs podman (its disk cap runs the container on --rootfs)")
         self.node_id = node_id
+        self.state_root = state_root
         self.state_dir = state_root / node_id
         self.pool_size = pool_size
         self.keepalive = list(keepalive)
         self.owner = uuid.uuid4().hex[:16]
         """This runtime instance, in the `gymflow.owner` label of what it starts."""
+        self._owner_fd = owners.hold(state_root, self.owner)  # reapers on this host see it alive
         self._image_roots: dict[str, tuple[str, dict[str, object]]] = {}
         self._image_lock = asyncio.Lock()
         self._pools: dict[PoolKey, list[ContainerSandbox]] = {}
@@ -215,6 +236,15 @@ class ContainerRuntime(Runtime):
             for image in list(self._image_roots):
                 await self.engine.run(["image", "unmount", image], check=False)
             self._image_roots.clear()
+            if self._owner_fd >= 0:
+                owners.release(self.state_root, self.owner, self._owner_fd)
+                self._owner_fd = -1
+            with contextlib.suppress(OSError):  # the node's directory, once its last disk is gone
+                self.state_dir.rmdir()
+
+    def live(self) -> list[str]:
+        """Names of the containers this runtime started and nobody released yet (pooled ones included)."""
+        return list(self._live)
 
     def forget(self, sandbox: ContainerSandbox) -> None:
         self._live.pop(sandbox.name, None)

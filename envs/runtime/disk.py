@@ -24,7 +24,7 @@ import contextlib
 import shutil
 from pathlib import Path
 
-from gymflow.envs.runtime.base import SandboxError
+from gymflow.envs.errors import SandboxError
 
 _TOOL_TIMEOUT_S = 60.0
 

@@ -11,7 +11,7 @@ Why the CLI rather than the Docker Engine API (docker-py, aiodocker):
   own.
 * The flags gymflow uses (run, exec, cp, rm, ps, inspect, build, image inspect/mount, import) mean the
   same in podman and docker, so one code path drives both.
-The cost is one process per engine call (~0.2 s for `exec` here); `bench/containers.py` measures it.
+The cost is one process per engine call; `bench/containers.py` measures it.
 
 Engine settings: `GYMFLOW_CONTAINER_ENGINE` (or `Engine.detect(binary=...)`) names the binary; by
 default podman, else docker, from the PATH. For podman the OCI runtime is chosen too: `runc` when it
@@ -28,19 +28,26 @@ import os
 import resource
 import shutil
 import signal
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
-from gymflow.envs.errors import UserError
-from gymflow.envs.runtime.base import CappedOutput, SandboxError, drain, feed_stdin
+from gymflow.envs.errors import EngineError, EngineUnavailable
+from gymflow.envs.runtime.base import CappedOutput, drain, feed_stdin
 
 ENGINE_ENV = "GYMFLOW_CONTAINER_ENGINE"
 """Names the engine binary (a name on the PATH or a path)."""
 OCI_RUNTIME_ENV = "GYMFLOW_OCI_RUNTIME"
 """Names podman's OCI runtime (`runc`, `crun`; empty for podman's default)."""
-INSTALL_HINT = "apt-get install podman runc"
+INSTALL_HINT = "apt-get install podman runc mmdebstrap e2fsprogs"
 """What installs an engine on a Debian node."""
+
+CLIENT_DIR = Path(tempfile.gettempdir()) / "gymflow-engine"
+"""Working directory of every engine client process. Podman's conmon writes a file named `oom` into
+the working directory of an `exec` whose process the kernel killed for memory: run anywhere else, a
+test run or a worker would leave it in the user's current directory."""
 
 LABEL_MARKER = "gymflow"
 """Set to "1" on every container and image gymflow creates."""
@@ -54,14 +61,6 @@ LABEL_STATE = "gymflow.state"
 
 ENGINE_OUTPUT_BYTES = 256 * 1024
 """Output kept of one engine command (build logs are the long ones)."""
-
-
-class EngineError(SandboxError):
-    """An engine command failed; the message carries the command and the end of its output."""
-
-
-class EngineUnavailable(UserError):
-    """No container engine on this node."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +126,7 @@ class Engine:
         process = await asyncio.create_subprocess_exec(
             self.binary,
             *args,
+            cwd=client_dir(),
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -207,6 +207,12 @@ class Engine:
         if names:
             grace = ["-t", "0"] if self.kind == "podman" else []
             await self.run(["rm", "-f", *grace, *names], timeout_s=60, check=False)
+
+
+def client_dir() -> Path:
+    """`CLIENT_DIR`, created on first use."""
+    CLIENT_DIR.mkdir(parents=True, exist_ok=True)
+    return CLIENT_DIR
 
 
 def kill_session(process: asyncio.subprocess.Process) -> None:

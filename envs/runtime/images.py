@@ -29,8 +29,8 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from gymflow.envs.runtime.base import SandboxError
-from gymflow.envs.runtime.engine import LABEL_MARKER, Engine, EngineError
+from gymflow.envs.errors import BuildError, EngineError
+from gymflow.envs.runtime.engine import LABEL_MARKER, Engine
 
 BASE_IMAGES: dict[str, str] = {
     "docker.io/library/debian:bookworm-slim": "bookworm",
@@ -44,10 +44,6 @@ DEFAULT_BUILD_TIMEOUT_S = 600.0
 _LOCK_POLL_S = 0.2
 
 _locks: dict[str, asyncio.Lock] = {}
-
-
-class BuildError(SandboxError):
-    """An image could not be built (a bad Dockerfile, a missing base, a timeout): the task cannot run."""
 
 
 def full_name(ref: str) -> str:

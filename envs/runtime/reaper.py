@@ -7,7 +7,10 @@ terminated or timed out before `release`). Warm-pool containers of the live runt
 Removal also unmounts and deletes the container's state directory (its capped disk), and state
 directories a crash left without any container are cleaned too.
 
-The node reaper calls `reap` with the set of rollouts it knows to be live on the node.
+The node reaper calls `reap` with the set of rollouts it knows to be live on the node. A worker's
+reaper calls `reap_host`: node ids are per process, so the containers of a worker killed with
+SIGKILL belong to a node nobody serves any more; their owner's lock (gymflow.envs.runtime.owners) is
+free, and that is what marks them.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from gymflow.envs.runtime.container import ROLLOUT_FILE, START_TIMEOUT_S
+from gymflow.envs.runtime import owners
+from gymflow.envs.runtime.container import ROLLOUT_FILE, START_TIMEOUT_S, ContainerRuntime
 from gymflow.envs.runtime.disk import RolloutDisk
 from gymflow.envs.runtime.engine import LABEL_MARKER, LABEL_NODE, LABEL_OWNER, LABEL_ROLLOUT, LABEL_STATE, Engine
 
@@ -96,3 +100,40 @@ async def reap(
     ]  # fmt: skip
     await asyncio.gather(*(RolloutDisk(p).destroy() for p in stray))
     return [c.name for c in doomed]
+
+
+async def reap_host(engine: Engine, *, state_root: Path, runtime: ContainerRuntime | None = None) -> list[str]:
+    """Remove every gymflow container of this host whose owner is dead, and those `runtime` (this
+    worker's) made but no longer holds; then the disks no container uses. Returns the names removed.
+
+    Containers of live owners other than `runtime` (sibling worker processes) are left alone.
+    """
+    found = await engine.containers({LABEL_MARKER: "1"})
+    mine = set(runtime.live()) if runtime is not None else set()
+    own = runtime.owner if runtime is not None else None
+    doomed = []
+    for info in found:
+        owner = info.labels.get(LABEL_OWNER, "")
+        if owner == own:
+            if info.name not in mine:
+                doomed.append(info)
+        elif Path(info.labels.get(LABEL_STATE, "/")).is_relative_to(state_root) and not owners.alive(state_root, owner):
+            doomed.append(info)
+    await engine.remove([c.name for c in doomed])
+    await asyncio.gather(
+        *(RolloutDisk(Path(c.labels[LABEL_STATE])).destroy() for c in doomed if c.labels.get(LABEL_STATE))
+    )
+    kept = {Path(c.labels.get(LABEL_STATE, "")).name for c in found} - {c.name for c in doomed}
+    stray = await asyncio.to_thread(_stray_disks, state_root, kept | mine)
+    await asyncio.gather(*(RolloutDisk(p).destroy() for p in stray))
+    return [c.name for c in doomed]
+
+
+def _stray_disks(state_root: Path, kept: set[str]) -> list[Path]:
+    """Container state directories of the host that no container uses, older than a container's start
+    (a younger one may be a container being created right now)."""
+    cutoff = time.time() - START_TIMEOUT_S
+    return [
+        p for p in state_root.glob("*/gymflow-*")
+        if p.is_dir() and p.name not in kept and p.stat().st_mtime < cutoff
+    ]  # fmt: skip

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gymflow.envs.contract import Message, ToolCall, ToolSpec
+from gymflow.envs.errors import ChatFormatError
 
 ToolFormat = Literal["native", "hermes"]
 
@@ -63,10 +64,6 @@ _TOOL_RESPONSE_RE = re.compile(r"<tool_response>\n?(.*?)\n?</tool_response>", re
 _NAME_RE = re.compile(r'"name"\s*:\s*"([^"\\]*)"')
 # json.loads raises RecursionError, not ValueError, on deeply nested input ("[[[[...").
 _JSON_ERRORS = (ValueError, RecursionError)
-
-
-class ChatFormatError(ValueError):
-    """A wire request is not a chat-completions request this module can read."""
 
 
 @dataclass(frozen=True)

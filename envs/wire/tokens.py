@@ -40,6 +40,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator
 
+from gymflow.envs.errors import TokenDataError, TokenMismatch
+
 _INT32 = (-(2**31), 2**31 - 1)
 
 
@@ -149,23 +151,6 @@ class TokenSequence(_Wire):
     """1 on tokens the model generated, 0 on prompt, tool and template tokens."""
     logprobs: PackedFloats | None = None
     """Per token: the completion logprob at model tokens, 0.0 elsewhere; None if any turn lacked them."""
-
-
-class TokenDataError(ValueError):
-    """A trajectory's token data cannot give an exact sequence (missing, or not a continuation)."""
-
-
-class TokenMismatch(TokenDataError):
-    """A turn's prompt does not extend the previous prompt + completion."""
-
-    def __init__(self, turn: int, position: int, expected: int | None, found: int | None) -> None:
-        super().__init__(
-            f"turn {turn}'s prompt does not extend turn {turn - 1}'s prompt + completion: first difference "
-            f"at token {position} (expected {expected}, found {found}); the chat template or tokenizer "
-            "re-renders history differently from what the model generated"
-        )
-        self.turn = turn
-        self.position = position
 
 
 def build_sequence(turns: Sequence[TurnTokens], *, expected_turns: int | None = None) -> TokenSequence:

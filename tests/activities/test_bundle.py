@@ -15,8 +15,9 @@ from temporalio.testing import ActivityEnvironment
 from gymflow.activities.bundle import build_bundle, pinned_requirements, read_splits, sha256
 from gymflow.activities.storage import LoadTasksInput, StorageActivities
 from gymflow.envs.builtin.math.data import generate_tasks
-from gymflow.envs.contract import DatasetError, Task
+from gymflow.envs.contract import Task
 from gymflow.envs.datagen.format import to_jsonl
+from gymflow.envs.errors import DatasetError
 from gymflow.workflows.training_schema import DatasetConfig
 
 

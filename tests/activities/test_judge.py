@@ -29,8 +29,8 @@ with workflow.unsafe.imports_passed_through():
     from gymflow.envs.contract import Message, Wire
     from gymflow.envs.rewards.rubric import Criterion, Rubric
     from gymflow.workers.judge_worker import judge_worker
+    from gymflow.workers.sandbox_runner import workflow_runner
     from gymflow.workers.servers.policy import AppServer
-    from gymflow.workers.worker import WORKFLOW_RUNNER
 
 API_KEY = "sk-judge-5ecret-do-not-leak"
 RUBRIC = Rubric(
@@ -270,7 +270,7 @@ async def _judge_once(client: Client, url: str) -> tuple[JudgeOnceResult, str]:
     workflow_id = f"judge-{uuid.uuid4().hex[:10]}"
     try:
         async with (
-            Worker(client, task_queue=queue, workflows=[JudgeOnceWorkflow], workflow_runner=WORKFLOW_RUNNER),
+            Worker(client, task_queue=queue, workflows=[JudgeOnceWorkflow], workflow_runner=workflow_runner()),
             judge_worker(client, activities=activities, rate_per_second=100, task_queue=judge_queue),
         ):
             result = await client.execute_workflow(

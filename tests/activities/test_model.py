@@ -17,8 +17,9 @@ from starlette.routing import Route
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from gymflow.activities.chat_endpoint import retry_after
 from gymflow.activities.errors import CONTEXT_LENGTH, MODEL_ERROR, MODEL_REJECTED
-from gymflow.activities.model import GenerateInput, GenerateResult, ModelActivities, ModelConfig, _retry_after
+from gymflow.activities.model import GenerateInput, GenerateResult, ModelActivities, ModelConfig
 from gymflow.envs.contract import Message, ToolCall, ToolSpec
 from gymflow.envs.policy import Policy
 from gymflow.workers.servers.policy import AppServer, PolicyServer
@@ -270,7 +271,7 @@ async def test_heartbeats_while_waiting(model: ModelActivities, faults: tuple[Fa
     ],
 )
 def test_retry_after(header: str | None, seconds: float | None) -> None:
-    assert _retry_after(header) == seconds
+    assert retry_after(header) == seconds
 
 
 async def test_model_requests_go_through_the_environments_proxy_unless_no_proxy_says_otherwise(

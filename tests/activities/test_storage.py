@@ -13,7 +13,6 @@ from gymflow.activities.storage import (
     LoadTasksInput,
     LocalStore,
     StorageActivities,
-    StorageError,
     WriteJsonlInput,
     open_store,
     read_trajectories,
@@ -21,6 +20,7 @@ from gymflow.activities.storage import (
     trajectories_from_jsonl,
 )
 from gymflow.envs.contract import Message, Reward, TerminationReason, Trajectory
+from gymflow.envs.errors import StorageError
 
 
 def trajectory(i: int) -> Trajectory:

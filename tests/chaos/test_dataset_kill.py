@@ -27,7 +27,7 @@ from gymflow.activities.model import ModelConfig
 from gymflow.envs.builtin.search.sample import write_sample_corpus
 from gymflow.envs.datagen import format as fmt
 from gymflow.workflows.dataset import DatasetGenerationWorkflow
-from gymflow.workflows.names import node_queue
+from gymflow.workflows.names import dataset_queue, node_queue
 from gymflow.workflows.schema import DatasetInput, DatasetResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -94,7 +94,7 @@ async def test_dataset_survives_two_kill_9s(client: Client, temporal_address: st
                     ),
                 ),
                 id=f"chaos-dataset-{uuid.uuid4().hex[:8]}",
-                task_queue=queue,
+                task_queue=dataset_queue(queue),
             )
             kills = []
             for rank, threshold in enumerate(KILL_AT):

@@ -22,7 +22,7 @@ from mcp_support import ROOT, node_ids, wait_polling
 from temporalio.client import Client, WorkflowHandle
 
 from gymflow.workflows import names
-from gymflow.workflows.names import node_queue
+from gymflow.workflows.names import node_queue, training_queue
 from gymflow.workflows.training import TrainingRunWorkflow
 from gymflow.workflows.training_schema import RunConfig, TrainingRunInput
 
@@ -79,7 +79,7 @@ async def test_kill_9_the_watching_worker_nothing_launched_twice(
     with fleet(spec, tmp_path / "fleet") as workers:
         await wait_polling(client, [node_queue(queue, node) for node in node_ids(2)])
         handle = await client.start_workflow(TrainingRunWorkflow.run, TrainingRunInput(config=run), id=run_id,
-                                             task_queue=queue)  # fmt: skip
+                                             task_queue=training_queue(queue))  # fmt: skip
         deadline = time.monotonic() + 900
         while not ((p := await progress(handle))["phase"] == "watching" and p["checkpoints"]):
             assert time.monotonic() < deadline, f"the run never reached a checkpoint: {p}"

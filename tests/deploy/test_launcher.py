@@ -101,8 +101,8 @@ def test_a_child_that_exited_counts_as_stopped_and_is_reaped() -> None:
         while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":  # wait until it is a zombie
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        assert launcher._alive(running.pid)
-        assert not launcher._alive(exited.pid) and not stat.exists()  # reaped, not left behind
+        assert launcher.pid_alive(running.pid)
+        assert not launcher.pid_alive(exited.pid) and not stat.exists()  # reaped, not left behind
     finally:
         running.kill()
         running.wait()
@@ -123,9 +123,9 @@ def test_a_process_whose_main_thread_is_done_but_another_runs_is_alive() -> None
         while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":  # the main thread has exited
             assert time.monotonic() < deadline
             time.sleep(0.005)
-        assert launcher._alive(child.pid)
+        assert launcher.pid_alive(child.pid)
         assert child.stdout is not None and child.stdout.readline() == b"done\n"
-        while launcher._alive(child.pid):
+        while launcher.pid_alive(child.pid):
             assert time.monotonic() < deadline
             time.sleep(0.005)
         assert not stat.exists()

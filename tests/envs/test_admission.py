@@ -5,17 +5,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import subprocess
 import sys
 import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp_support import wait_until
 from temporalio.testing import ActivityEnvironment
 
 from gymflow.activities.env import CallToolInput, EnvActivities
 from gymflow.envs.contract import BaseEnv, Message, ToolCall, ToolResult, ToolSpec
+from gymflow.envs.errors import InfraError
 from gymflow.envs.registry import register
 from gymflow.workers.admission import Admission, Capacity
 
@@ -161,3 +164,31 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+async def test_a_pool_process_that_dies_fails_its_call_as_infra_and_the_next_call_gets_a_fresh_pool() -> None:
+    admission = Admission(Capacity(starts=1, runs=1, rewards=1, cpu_workers=1, window=4), nice=0)
+    try:
+        with pytest.raises(InfraError, match="process pool stopped"):
+            await admission.cpu(os._exit, 3)
+        pid, _ = await admission.cpu(_pid_and_nice)
+        assert pid != os.getpid()
+    finally:
+        admission.shutdown()
+
+
+def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path: Path) -> None:
+    # The pool's processes start by importing the script again: its top-level code runs there too.
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "import asyncio, os\n"
+        "from gymflow.workers.admission import Admission, Capacity\n"
+        "admission = Admission(Capacity(starts=1, runs=1, rewards=1, cpu_workers=1, window=4), nice=0)\n"
+        "try:\n"
+        "    asyncio.run(admission.cpu(os.getpid))\n"
+        "finally:\n"
+        "    admission.shutdown()\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode != 0
+    assert 'if __name__ == "__main__":' in done.stderr.splitlines()[-1]

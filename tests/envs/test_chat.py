@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gymflow.envs.contract import Message, ToolCall, ToolSpec
+from gymflow.envs.errors import ChatFormatError
 from gymflow.envs.wire import chat
 
 ADD = ToolSpec(
@@ -211,7 +212,7 @@ def test_read_request_hermes_without_tools() -> None:
     ],
 )
 def test_read_request_rejects_malformed(messages: object, tools: object) -> None:
-    with pytest.raises(chat.ChatFormatError):
+    with pytest.raises(ChatFormatError):
         chat.read_request(messages, tools)
 
 

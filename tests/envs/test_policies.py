@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from gymflow.envs.contract import Message, Reward
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import EnvFileError, NoBaselinePolicy, UnknownPolicy, UserError
 from gymflow.envs.mcp.env import McpEnv
-from gymflow.envs.policy import NoBaselinePolicy, NullPolicy, Policy, UnknownPolicy, policy_aliases, policy_names
-from gymflow.envs.registry import BUILTIN, EnvFileError, env_class
+from gymflow.envs.policy import NullPolicy, Policy, policy_aliases, policy_names
+from gymflow.envs.registry import BUILTIN, env_class
 
 KNOWN_GOOD = {  # the class each built-in env's `reference` (and default) must be
     "math": "CalculatorPolicy",
@@ -25,6 +25,7 @@ KNOWN_GOOD = {  # the class each built-in env's `reference` (and default) must b
     "search": "RetrievePolicy",
     "crm": "ReferencePolicy",
     "units": "ConvertPolicy",
+    "harbor": "OraclePolicy",
 }
 
 

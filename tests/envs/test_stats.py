@@ -26,8 +26,9 @@ import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gymflow.envs.errors import StatsError
 from gymflow.envs.eval import stats
-from gymflow.envs.eval.stats import Bootstrap, StatsError
+from gymflow.envs.eval.stats import Bootstrap
 
 
 class _Reference:
@@ -217,6 +218,33 @@ def test_seeded_and_degenerate() -> None:
     assert stats.aggregate_ci([x, x]) == stats.aggregate_ci([x, x])
     const = stats.mean_ci([0.5, 0.5, 0.5], method="bca")
     assert (const.value, const.low, const.high) == (0.5, 0.5, 0.5)
+
+
+def test_one_run_per_task_resamples_the_tasks() -> None:
+    """With one run per task a stratified interval is [value, value]; the tasks are resampled instead."""
+    x = np.random.default_rng(5).beta(3, 2, size=60)  # continuous: binary scores put quantiles on a 1/n grid
+    y = np.random.default_rng(6).beta(2, 3, size=60)
+    gx, gy = [np.array([v]) for v in x], [np.array([v]) for v in y]
+    boot = Bootstrap(reps=20_000, seed=1)
+    ours = stats.aggregate_ci(gx, statistic="mean", ragged=True, boot=boot)
+    ref = scipy.stats.bootstrap((x,), np.mean, n_resamples=20_000, method="percentile", rng=2).confidence_interval
+    tol = _tolerance(ours.high - ours.low, 20_000, 20_000)
+    assert ours.value == pytest.approx(x.mean())
+    assert ours.high - ours.low > 0.05  # not a zero-width interval
+    assert abs(ours.low - ref.low) < tol and abs(ours.high - ref.high) < tol
+    assert ours.method == "task-resampling percentile bootstrap (20000 reps, seed 1)"
+    iqm = stats.aggregate_ci(gx, statistic="iqm", ragged=True, boot=boot)
+    assert iqm.low < iqm.value <= iqm.high or iqm.low <= iqm.value < iqm.high
+    # paired over tasks: the difference's interval is the bootstrap of the per-task differences
+    cmp = stats.compare(gx, gy, ragged=True, boot=boot)
+    ref_d = scipy.stats.bootstrap((x - y,), np.mean, n_resamples=20_000, method="percentile", rng=3)
+    assert cmp.difference.value == pytest.approx((x - y).mean())
+    assert abs(cmp.difference.low - ref_d.confidence_interval.low) < tol
+    assert abs(cmp.difference.high - ref_d.confidence_interval.high) < tol
+    assert cmp.probability_of_improvement.high - cmp.probability_of_improvement.low > 0.05
+    # a single task with a single run has nothing to resample at all: a point, as before
+    one = stats.aggregate_ci([np.array([1.0])], statistic="mean", ragged=True)
+    assert (one.low, one.high) == (1.0, 1.0)
 
 
 def test_per_task_breakdown() -> None:

@@ -8,9 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from gymflow.envs.contract import Message, TerminationReason, Trajectory
+from gymflow.envs.errors import TokenDataError, TokenMismatch
 from gymflow.envs.wire.tokens import (
-    TokenDataError,
-    TokenMismatch,
     TurnTokens,
     build_sequence,
     completion_token_data,

@@ -19,7 +19,8 @@ from pydantic import ValidationError
 from gymflow.envs.builtin.math.data import load_jsonl
 from gymflow.envs.builtin.math.env import MathEnv
 from gymflow.envs.builtin.sheets import data as sheets_data
-from gymflow.envs.contract import DatasetError, Task
+from gymflow.envs.contract import Task
+from gymflow.envs.errors import DatasetError
 
 MATH_ROW = {"id": "q1", "question": "What is 2 + 3?", "answer": 5, "metadata": {"difficulty": 1}}
 TASK_ROW = {"id": "t1", "prompt": "2+3?", "ground_truth": "5", "init_args": {}, "metadata": {}}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 import uuid
 from dataclasses import dataclass, field
@@ -173,3 +174,18 @@ async def test_ctrl_c_says_where_the_workflows_wait(client: Client, temporal_add
     assert len(left) == 2  # waiting there, as it says
     for execution in left:
         await client.get_workflow_handle(execution.id).terminate("test over")
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    """`gymflow envs show units | head -1`: the reader closed before the command wrote a line."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write now fails with EPIPE, as it does after `head` exits
+    try:
+        done = subprocess.run(
+            [str(GYMFLOW), "envs", "show", "units"], stdout=write_end, stderr=subprocess.PIPE, text=True,
+            timeout=120, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "Fatal Python error" not in done.stderr

@@ -25,13 +25,13 @@ from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
 from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.errors import CodecKeyError
 from gymflow.envs.mcp.http import free_port
 from gymflow.workers.sdk.client import connect, data_converter, run_rollout
 from gymflow.workers.servers.codec import (
     ENCODING,
     KEY_ID,
     SESSION_COOKIE,
-    CodecKeyError,
     EncryptionCodec,
     EncryptionKey,
     codec_app,

@@ -28,10 +28,10 @@ UI = "http://localhost:9999/namespaces/default"
 
 
 def test_only_the_types_with_a_progress_query_are_asked() -> None:
-    from gymflow.workers.worker import WORKFLOWS
+    from gymflow.workers.roles import all_workflows
 
     answering = {
-        cls.__name__ for cls in WORKFLOWS if callable(getattr(cls, inspect.PROGRESS_QUERY, None))
+        cls.__name__ for cls in all_workflows() if callable(getattr(cls, inspect.PROGRESS_QUERY, None))
     }  # the classes are named after their workflow types
     assert answering == inspect.PROGRESS_TYPES and names.GROUP_WORKFLOW not in answering
 

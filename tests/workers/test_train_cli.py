@@ -9,9 +9,10 @@ import pytest
 import yaml
 from mcp_support import ROOT
 
-from gymflow.activities.training import check_config
+from gymflow.activities.training_checks import check_config
+from gymflow.envs.errors import ConfigError
 from gymflow.workers.cli.main import main
-from gymflow.workers.sdk.training import ConfigError, load_run_config
+from gymflow.workers.sdk.training import load_run_config
 
 EXAMPLES = ROOT / "envs" / "examples"
 

@@ -33,7 +33,7 @@ from gymflow.workers.servers.temporal import temporal_binary  # noqa: E402
 from gymflow.workers.worker import running_worker  # noqa: E402
 from gymflow.workflows.dataset import DatasetGenerationWorkflow  # noqa: E402
 from gymflow.workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow  # noqa: E402
-from gymflow.workflows.names import SEARCH_ATTRIBUTES  # noqa: E402
+from gymflow.workflows.names import SEARCH_ATTRIBUTES, dataset_queue  # noqa: E402
 from gymflow.workflows.schema import BatchInput, DatasetInput, GroupInput, RetrySettings, RolloutInput, RolloutOptions  # noqa: E402
 from gymflow.workflows.session_schema import SessionInput  # noqa: E402
 from support import ScriptedPolicy, call, make_settings  # noqa: E402
@@ -146,7 +146,7 @@ async def record_dataset(client: Client, task_queue: str, tmp: Path) -> None:
             batch_size=8, window=2, max_batches_per_run=2,
         ),
         id="dataset_offline",
-        task_queue=task_queue,
+        task_queue=dataset_queue(task_queue),
     )  # fmt: skip
     await handle.result()
     first = client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id)

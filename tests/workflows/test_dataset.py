@@ -32,7 +32,10 @@ SAMPLE = Path(__file__).parents[2] / "envs" / "builtin" / "search" / "sample_cor
 
 async def run_dataset(client: Client, queue: str, input: DatasetInput, workflow_id: str | None = None) -> DatasetResult:
     return await client.execute_workflow(
-        DatasetGenerationWorkflow.run, input, id=workflow_id or f"ds-{uuid.uuid4().hex[:8]}", task_queue=queue
+        DatasetGenerationWorkflow.run,
+        input,
+        id=workflow_id or f"ds-{uuid.uuid4().hex[:8]}",
+        task_queue=names.dataset_queue(queue),
     )
 
 
@@ -287,7 +290,10 @@ async def test_search_attributes_progress_and_raw_input(client: Client, worker: 
     # Input as `temporal workflow start --input` would send it: a missing field fails at once, named.
     with pytest.raises(WorkflowFailureError) as info:
         await client.execute_workflow(
-            names.DATASET_WORKFLOW, {"n": 5}, id=f"ds-raw-{uuid.uuid4().hex[:8]}", task_queue=worker.task_queue
+            names.DATASET_WORKFLOW,
+            {"n": 5},
+            id=f"ds-raw-{uuid.uuid4().hex[:8]}",
+            task_queue=names.dataset_queue(worker.task_queue),
         )
     cause = info.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput" and "source" in cause.message

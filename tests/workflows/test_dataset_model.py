@@ -17,6 +17,7 @@ from gymflow.activities.model import ModelConfig
 from gymflow.envs.datagen import format as fmt
 from gymflow.workers.worker import RunningWorker
 from gymflow.workflows.dataset import DatasetGenerationWorkflow
+from gymflow.workflows.names import dataset_queue
 from gymflow.workflows.schema import DatasetInput, DatasetResult
 
 SAMPLE = Path(__file__).parents[2] / "envs" / "builtin" / "search" / "sample_corpus"
@@ -54,7 +55,7 @@ async def test_model_path_good_bad_garbage_and_timeouts(client: Client, worker: 
                 ),
             ),
             id=f"ds-model-{uuid.uuid4().hex[:8]}",
-            task_queue=worker.task_queue,
+            task_queue=dataset_queue(worker.task_queue),
         )
     assert result.accepted == 25 and result.target_met
     reasons = result.rejections

@@ -22,9 +22,11 @@ from gymflow.activities.model import GenerateInput
 from gymflow.activities.turn import PlayTurnInput, PlayTurnResult, TurnActivities
 from gymflow.envs.contract import BaseEnv, Message, Reward, Task, ToolResult, ToolSpec, Wire
 from gymflow.envs.mcp.envfile import EnvFileError, env_class_from_file
+from gymflow.workers.roles import all_workflows
+from gymflow.workers.sandbox_runner import workflow_runner
 from gymflow.workers.sdk.client import DATA_CONVERTER, describe_validation_error
-from gymflow.workers.worker import WORKFLOW_RUNNER, WORKFLOWS, RunningWorker
-from gymflow.workflows.rollout import CALL_LINES_PATCH
+from gymflow.workers.worker import RunningWorker
+from gymflow.workflows.fused_turns import CALL_LINES_PATCH
 from gymflow.workflows.schema import RolloutLimits
 from support import ScriptedPolicy, call, play
 
@@ -346,5 +348,5 @@ async def test_a_node_worker_older_than_call_lines_gets_the_rollouts_turns_witho
         if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
     ]
     assert len(markers) == 1 and CALL_LINES_PATCH.encode() in markers[0].details["patch-data"].payloads[0].data
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=WORKFLOW_RUNNER)
+    replayer = Replayer(workflows=all_workflows(), data_converter=DATA_CONVERTER, workflow_runner=workflow_runner())
     await replayer.replay_workflow(history)

@@ -14,9 +14,11 @@ from temporalio.worker import Replayer
 from gymflow.activities.model import ModelConfig
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.contract import Message, TerminationReason, Trajectory
+from gymflow.workers.roles import all_workflows
+from gymflow.workers.sandbox_runner import workflow_runner
 from gymflow.workers.sdk.client import DATA_CONVERTER, run_rollout, start_rollout
 from gymflow.workers.servers.policy import PolicyServer
-from gymflow.workers.worker import WORKFLOW_RUNNER, WORKFLOWS, RunningWorker
+from gymflow.workers.worker import RunningWorker
 from gymflow.workflows.names import SA_STATUS
 from gymflow.workflows.schema import RetrySettings, RolloutInput, RolloutLimits
 from support import ScriptedPolicy, call
@@ -214,7 +216,7 @@ async def test_a_starter_declaring_the_plan_spares_the_patch_marker_and_replays(
     history = await client.get_workflow_handle(declared.rollout_id).fetch_history()
     assert _patch_markers_and_change_versions(history) == (0, 0)
     # A full replay (what a worker that did not run it does) decides the plan as the first run did.
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=WORKFLOW_RUNNER)
+    replayer = Replayer(workflows=all_workflows(), data_converter=DATA_CONVERTER, workflow_runner=workflow_runner())
     await replayer.replay_workflow(history)
 
     # Started without the memo (a plain `temporal workflow start`): the patch decides, as before.

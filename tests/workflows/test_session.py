@@ -13,8 +13,9 @@ from temporalio.exceptions import ApplicationError
 
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.contract import Message, Task, TerminationReason
+from gymflow.envs.errors import SessionError
 from gymflow.envs.mcp.env import McpEnv
-from gymflow.workers.sdk.sessions import SessionError, attach_session, start_session
+from gymflow.workers.sdk.sessions import attach_session, start_session
 from gymflow.workers.worker import RunningWorker
 from gymflow.workflows.names import SA_ENV, SA_REWARD, SA_STATUS, SA_TASK, SESSION_WORKFLOW
 from gymflow.workflows.schema import RetrySettings

@@ -16,7 +16,7 @@ from gymflow.activities.model import ModelConfig
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.builtin.math.policy import CalculatorPolicy
 from gymflow.envs.contract import Message, TerminationReason
-from gymflow.envs.wire.tokens import TokenMismatch
+from gymflow.envs.errors import TokenMismatch
 from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.servers import byte_tokens
 from gymflow.workers.servers.policy import PolicyServer, TokenRecord

@@ -28,8 +28,10 @@ from temporalio.worker import Replayer
 from gymflow.activities.trainer_jobs import LaunchInput, TrainerActivities
 from gymflow.deploy.training import free_port
 from gymflow.workers.cli.train import start_run
+from gymflow.workers.roles import all_workflows
+from gymflow.workers.sandbox_runner import workflow_runner
 from gymflow.workers.sdk.client import DATA_CONVERTER
-from gymflow.workers.worker import WORKFLOW_RUNNER, WORKFLOWS, RunningWorker, running_worker
+from gymflow.workers.worker import RunningWorker, running_worker
 from gymflow.workflows import names
 from gymflow.workflows.training import TrainingRunWorkflow
 from gymflow.workflows.training_schema import PreparedRun, RunConfig, TrainingRunInput
@@ -67,7 +69,7 @@ def config(run_id: str, policy_url: str, **overrides: Any) -> RunConfig:
 async def start(client: Client, worker: RunningWorker, run: RunConfig, **fields: Any) -> WorkflowHandle[Any, Any]:
     return await start_run(client, run, task_queue=worker.task_queue, out=sys.stderr) if not fields else (
         await client.start_workflow(TrainingRunWorkflow.run, TrainingRunInput(config=run, **fields),
-                                    id=run.run_id or "", task_queue=worker.task_queue)
+                                    id=run.run_id or "", task_queue=names.training_queue(worker.task_queue))
     )  # fmt: skip
 
 
@@ -136,7 +138,7 @@ async def test_a_run_validates_launches_evaluates_and_records_lineage(
         p.read_text().strip() == "0" for p in (tmp_path / "data" / "training" / str(run.run_id)).glob("*.exit")
     )
     # Every run of the workflow (it continued as new) replays deterministically against this code.
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=WORKFLOW_RUNNER)
+    replayer = Replayer(workflows=all_workflows(), data_converter=DATA_CONVERTER, workflow_runner=workflow_runner())
     runs = [
         client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id),
         client.get_workflow_handle(handle.id),

@@ -1,5 +1,5 @@
 """The reference trainer learns: `gymflow train launch envs/examples/train_math.yaml --wait`, as
-the README runs it, against the session's dev server. The final checkpoint beats the starting
+docs/guides/training.md runs it, against the session's dev server. The final checkpoint beats the starting
 policy on >= 100 eval tasks with P(improvement) >= 0.95. GYMFLOW_TRAIN_PLOT=PATH also plots it."""
 
 from __future__ import annotations

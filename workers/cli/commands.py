@@ -107,7 +107,7 @@ def preflight(env: str, *, local_worker: bool = True) -> None:
 
 
 def check_policies(env: str, *policies: str | None) -> None:
-    """Refuse a mistyped baseline policy name (gymflow.envs.policy.UnknownPolicy) before anything starts."""
+    """Refuse a mistyped baseline policy name (gymflow.envs.errors.UnknownPolicy) before anything starts."""
     from gymflow.workers.cli.runner import is_url
 
     for policy in policies:
@@ -254,6 +254,7 @@ def _deploy_with(launcher: Any, args: argparse.Namespace, settings: Settings) ->
         task_queue=settings.task_queue,
         namespace=connection.namespace,
         connection=connection,
+        roles=settings.worker_roles,
         infra=args.infra,
         cluster=args.cluster,
         task_file=args.task_file or launcher.TASK_FILE,

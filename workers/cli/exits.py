@@ -53,6 +53,8 @@ def run(command: Callable[[], int], *, err: Any = None) -> int:
         for note in _interrupt_notes:
             print(f"gymflow: interrupted: {note}", file=err)
         return INTERRUPTED
+    except BrokenPipeError:  # the reader went away (`gymflow inspect ID | head`): nothing left to say
+        return 0
     except SystemExit as exc:  # sys.exit() somewhere below: keep its code, still leave through here
         if exc.code is None or isinstance(exc.code, int):
             return exc.code or 0

@@ -12,17 +12,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import SettingsError
 from gymflow.envs.registry import env_class
 from gymflow.workers import logs
 from gymflow.workers.cli import commands, exits
 from gymflow.workers.cli.envs import add_envs_args, run_envs
-from gymflow.workers.config import Settings
+from gymflow.workers.config import ROLES, Settings
 from gymflow.workers.connection import ConnectionOptions
-
-
-class SettingsError(UserError, ValueError):
-    """A GYMFLOW_* variable (or option) that is not a valid setting."""
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -34,6 +30,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             "ui_port": getattr(args, "ui_port", None),
             "worker_processes": getattr(args, "processes", None),
             "metrics_port": getattr(args, "metrics_port", None),
+            "worker_roles": getattr(args, "roles", None),
         }.items()
         if value is not None
     }
@@ -69,7 +66,7 @@ def _processes(text: str) -> int | str:
 
 
 def _worker_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("worker", help="run a worker (shared queue + this node's queue)")
+    p = sub.add_parser("worker", help="run a worker serving its roles (default: all) on their queues")
     _common(p)
     p.add_argument(
         "--processes",
@@ -80,6 +77,10 @@ def _worker_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "--metrics-port",
         type=int,
         help="serve Prometheus metrics at :PORT/metrics (GYMFLOW_METRICS_PORT; process i of --processes: PORT+i)",
+    )
+    p.add_argument(
+        "--roles",
+        help=f"roles to serve, comma-separated, of {','.join(ROLES)}; default all (GYMFLOW_WORKER_ROLES)",
     )
 
 
@@ -143,6 +144,9 @@ def _deploy_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
             d.add_argument("--nodes", type=int, default=1, help="number of worker nodes")
             d.add_argument("--infra", help="SkyPilot infra (aws, gcp/us-central1, k8s, ...)")
             d.add_argument("--task-file", type=Path, help="SkyPilot task YAML (default: deploy/workers.yaml)")
+            d.add_argument(
+                "--roles", help=f"roles every node serves, of {','.join(ROLES)}; default all (GYMFLOW_WORKER_ROLES)"
+            )
             d.add_argument("--dryrun", action="store_true", help="print the task, launch nothing")
 
 
@@ -266,9 +270,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("env", help="env name")
     p.add_argument("--policy", default="default", help="an OpenAI-compatible URL (…/v1) or a baseline policy name")
     p.add_argument("--baseline", help="a second policy to compare against (URL or baseline name)")
-    p.add_argument("--n", type=int, default=32, help="number of tasks")
+    p.add_argument("--n", type=int, help="number of tasks (default 32; harbor: every task of --dataset)")
     p.add_argument("--samples", type=int, default=1, help="samples per task (for pass@k)")
-    p.add_argument("--dataset", default="generated", help="`generated`, a dataset path or URI (search: a dataset URI)")
+    p.add_argument(
+        "--dataset",
+        default="generated",
+        help="`generated`, a dataset path or URI (search: a dataset URI; harbor: a directory of task directories)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="", help="model name sent to the endpoint")
     p.add_argument("--tool-format", choices=["native", "hermes"], default="native")

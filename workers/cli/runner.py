@@ -20,10 +20,11 @@ from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
 from gymflow.envs.contract import Task
+from gymflow.envs.errors import ServerError, ServerRunning, TokenDataError
 from gymflow.envs.registry import env_class
-from gymflow.envs.wire.tokens import TokenDataError
 from gymflow.workers.cli import exits
 from gymflow.workers.config import Settings
+from gymflow.workers.roles import COMMAND_ROLES
 from gymflow.workers.sdk import client as sdk
 from gymflow.workers.servers import temporal as embedded
 from gymflow.workers.servers.policy import PolicyServer
@@ -148,15 +149,15 @@ async def connect_or_start(settings: Settings, *, start_server: bool, out: TextI
         return client
     try:
         client = await embedded.wait_until_reachable(connect, timeout_s=1.0)
-    except embedded.ServerError as exc:
+    except ServerError as exc:
         if not start_server:
-            raise embedded.ServerError(str(exc.__cause__ or exc)) from None
+            raise ServerError(str(exc.__cause__ or exc)) from None
         try:
             pid = embedded.start_background(
                 data_dir=settings.data_dir, port=connection.port, ui_port=settings.web_ui_port
             )
             print(f"started the embedded Temporal server (pid {pid}, data in {settings.data_dir})", file=out)
-        except embedded.ServerRunning as running:
+        except ServerRunning as running:
             # The data dir's server serves another port (say so), or this one and is still starting
             # (another command started it a moment ago): then wait for it.
             if running.running is None or running.running.port != connection.port:
@@ -170,13 +171,14 @@ async def run_batch(options: BatchOptions, settings: Settings, *, out: TextIO = 
     """Run the batch end to end and return its report; progress lines go to `out`."""
     tasks = load_tasks(options)
     client = await connect_or_start(settings, start_server=options.start_server, out=out)
+    command = "demo" if options.start_server else "rollout"
     if options.local_worker:  # its own queue: no other command's rollouts, none of its own elsewhere
-        settings = settings.command_queue("demo" if options.start_server else "rollout")
+        settings = settings.command_queue(command)
         exits.note_queue_on_interrupt(settings.task_queue)
     async with contextlib.AsyncExitStack() as stack:
         url = await stack.enter_async_context(endpoint(options.env, options.model_url or options.policy))
         if options.local_worker:
-            await stack.enter_async_context(running_worker(client, settings))
+            await stack.enter_async_context(running_worker(client, settings, roles=COMMAND_ROLES[command]))
         inputs = [
             RolloutInput(
                 env=options.env,

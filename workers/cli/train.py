@@ -5,7 +5,8 @@ anything starts, naming every field at fault at once (gymflow.workers.sdk.traini
 and the static checks the workflow's validate activity makes), and starts a
 TrainingRunWorkflow whose id is the run id: launching the same run id again attaches to the
 existing run instead of starting a second one. `--wait` runs an in-process worker and follows the
-run to its end; without it, the run needs running workers (`gymflow worker`).
+run to its end; without it, the run needs running workers (`gymflow worker`: the training role, and
+rollout workers for its evals; gymflow.workers.roles).
 """
 
 from __future__ import annotations
@@ -106,9 +107,10 @@ async def _launch(args: argparse.Namespace, settings: Settings, *, out: TextIO =
     if args.dryrun:
         print(dryrun_text(config, settings), end="")
         return 0
-    from gymflow.activities.training import TRAINING_CONFIG
+    from gymflow.activities.errors import TRAINING_CONFIG
     from gymflow.workers.cli import exits
     from gymflow.workers.cli.runner import connect_or_start
+    from gymflow.workers.roles import COMMAND_ROLES
     from gymflow.workers.worker import running_worker
 
     client = await connect_or_start(settings, start_server=False, out=out)
@@ -123,8 +125,8 @@ async def _launch(args: argparse.Namespace, settings: Settings, *, out: TextIO =
         return 0
     queue = (await handle.describe()).task_queue
     async with contextlib.AsyncExitStack() as stack:
-        if queue == settings.task_queue:
-            await stack.enter_async_context(running_worker(client, settings))
+        if queue == names.training_queue(settings.task_queue):
+            await stack.enter_async_context(running_worker(client, settings, roles=COMMAND_ROLES["train"]))
         else:  # a run launched without --wait: the workers of its queue drive it, this only follows
             print(f"run {handle.id} runs on task queue {queue!r}: following it, its workers drive it", file=out)
         result = await follow(handle, out=out)
@@ -136,7 +138,11 @@ async def _launch(args: argparse.Namespace, settings: Settings, *, out: TextIO =
 
 
 async def start_run(client: Client, config: RunConfig, *, task_queue: str, out: TextIO) -> WorkflowHandle[Any, Any]:
-    """Start the run, or attach to the run that already has this id (one run per id)."""
+    """Start the run, or attach to the run that already has this id (one run per id).
+
+    `task_queue` is the deployment's shared queue: the run goes to its training queue
+    (`names.training_queue`), and its eval batches and trainer's rollouts to the shared queue itself.
+    """
     from gymflow.workflows.training import TrainingRunWorkflow
 
     run_id = config.run_id or ""
@@ -145,7 +151,7 @@ async def start_run(client: Client, config: RunConfig, *, task_queue: str, out: 
             TrainingRunWorkflow.run,
             TrainingRunInput(config=config),
             id=run_id,
-            task_queue=task_queue,
+            task_queue=names.training_queue(task_queue),
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             search_attributes=TypedSearchAttributes(status.start_attributes(config.env, run=run_id)),
             memo={"run_id": run_id},

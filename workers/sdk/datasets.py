@@ -28,8 +28,10 @@ from gymflow.workers.cli import exits
 from gymflow.workers.cli.progress import Progress, Reading, follow
 from gymflow.workers.cli.runner import connect_or_start
 from gymflow.workers.config import Settings
+from gymflow.workers.roles import COMMAND_ROLES
 from gymflow.workers.worker import running_worker
 from gymflow.workflows.dataset import DatasetGenerationWorkflow
+from gymflow.workflows.names import dataset_queue
 from gymflow.workflows.schema import DatasetInput, DatasetResult
 
 
@@ -89,12 +91,12 @@ async def run_generate(options: GenerateOptions, settings: Settings, *, out: Tex
         exits.note_queue_on_interrupt(settings.task_queue)
     async with contextlib.AsyncExitStack() as stack:
         if options.local_worker:
-            await stack.enter_async_context(running_worker(client, settings))
+            await stack.enter_async_context(running_worker(client, settings, roles=COMMAND_ROLES["dataset"]))
         handle = await client.start_workflow(
             DatasetGenerationWorkflow.run,
             input,
             id=f"dataset-{input.env_name()}-{uuid.uuid4().hex[:8]}",
-            task_queue=settings.task_queue,
+            task_queue=dataset_queue(settings.task_queue),
         )
         done = asyncio.Event()
         progress = Progress(out, options.n)

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import sys
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote
@@ -24,12 +24,14 @@ from temporalio.common import TypedSearchAttributes
 from gymflow.activities.model import ModelConfig
 from gymflow.activities.storage import read_trajectories
 from gymflow.envs.eval.report import BatchRef
+from gymflow.envs.registry import env_class
 from gymflow.workers.admission import Capacity
 from gymflow.workers.cli import exits
 from gymflow.workers.cli.progress import Progress, Reading, follow
 from gymflow.workers.cli.report import write_report
 from gymflow.workers.cli.runner import connect_or_start, endpoint, is_url
 from gymflow.workers.config import Settings
+from gymflow.workers.roles import COMMAND_ROLES
 from gymflow.workers.worker import running_worker
 from gymflow.workflows.group import BatchRolloutWorkflow
 from gymflow.workflows.schema import BatchInput, BatchResult, RolloutLimits, RolloutOptions, batch_search_attributes
@@ -42,8 +44,8 @@ class EvalOptions:
     env: str
     policy: str
     baseline: str | None = None
-    n: int = 32
-    """Tasks."""
+    n: int | None = None
+    """Tasks; None: 32, or every task of a dataset an env sizes itself (harbor: the task directories)."""
     samples: int = 1
     """Samples per task (pass@k needs k <= samples)."""
     dataset: str = "generated"
@@ -58,10 +60,24 @@ class EvalOptions:
     reps: int = 2000
 
 
+DEFAULT_TASKS = 32
+
+
+def prepared(options: EvalOptions) -> EvalOptions:
+    """`options` with the dataset and task count the env settles: an env with `prepare_dataset`
+    (harbor) loads and checks its dataset here, before anything starts, and sizes it."""
+    prepare = getattr(env_class(options.env), "prepare_dataset", None)
+    if prepare is None:
+        return replace(options, n=options.n or DEFAULT_TASKS)
+    dataset, n = prepare(options.dataset, options.n)
+    return replace(options, dataset=dataset, n=n)
+
+
 async def _start(
     client: Client, options: EvalOptions, settings: Settings, url: str, *, label: str, policy: str
 ) -> WorkflowHandle[Any, BatchResult]:
     model = options.model or ("" if is_url(policy) else policy)
+    assert options.n is not None  # prepared()
     batch = BatchInput(
         env=options.env,
         dataset=options.dataset,
@@ -94,6 +110,8 @@ async def _completed(handles: list[WorkflowHandle[Any, BatchResult]]) -> Reading
 
 async def run_eval(options: EvalOptions, settings: Settings, *, out: TextIO = sys.stderr) -> dict[str, Any]:
     """Run the evaluation; returns the report summary (also written to `options.out`)."""
+    options = prepared(options)
+    assert options.n is not None
     client = await connect_or_start(settings, start_server=False, out=out)
     if options.local_worker:  # its own queue: no other command's workflows, none of its own elsewhere
         settings = settings.command_queue("eval")
@@ -101,7 +119,7 @@ async def run_eval(options: EvalOptions, settings: Settings, *, out: TextIO = sy
     policies = {"policy": options.policy} | ({"baseline": options.baseline} if options.baseline else {})
     async with contextlib.AsyncExitStack() as stack:
         if options.local_worker:
-            await stack.enter_async_context(running_worker(client, settings))
+            await stack.enter_async_context(running_worker(client, settings, roles=COMMAND_ROLES["eval"]))
         handles = {}
         for label, policy in policies.items():
             url = await stack.enter_async_context(endpoint(options.env, policy))

@@ -26,6 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from gymflow.activities.errors import SESSION_ENDED
 from gymflow.envs.contract import Message
+from gymflow.envs.errors import SessionError
 from gymflow.workflows import names
 from gymflow.workflows.session import RolloutSessionWorkflow
 from gymflow.workflows.session_schema import (
@@ -38,10 +39,6 @@ from gymflow.workflows.session_schema import (
 )
 
 T = TypeVar("T")
-
-
-class SessionError(RuntimeError):
-    """An update was refused or failed (e.g. a step after the episode ended); names the reason."""
 
 
 class Session:

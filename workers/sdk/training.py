@@ -1,7 +1,7 @@
 """Reading a training run's config (YAML) and naming every field at fault in one error.
 
 A config is checked twice before anything starts: its shape (pydantic, `RunConfig`) and what the
-shape cannot say (gymflow.activities.training.check_config: the env and its baseline policies exist, the
+shape cannot say (gymflow.activities.training_checks.check_config: the env and its baseline policies exist, the
 trainer's command or SkyPilot task is there, the resources fit the local backend). Reporting
 only the first failing stage would make a config with three mistakes take three tries, so when
 the shape is wrong the faulty fields are set aside (left at their defaults) and the rest is
@@ -19,12 +19,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import ConfigError
 from gymflow.workflows.training_schema import RunConfig
-
-
-class ConfigError(UserError, ValueError):
-    """The run config cannot be used; the message names the file and every field at fault."""
 
 
 def read_config_data(path: Path) -> dict[str, Any]:
@@ -70,7 +66,7 @@ def check_run_config(data: dict[str, Any], *, source: Path | str, require_skypil
     Raises:
         ConfigError: Every problem found, shape and content, in one message.
     """
-    from gymflow.activities.training import check_config  # the worker's own checks (imports the env registry)
+    from gymflow.activities.training_checks import check_config  # the worker's own checks (imports the env registry)
 
     problems: list[str] = []
     config: RunConfig | None

@@ -54,7 +54,7 @@ from starlette.routing import Route
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import PayloadCodec
 
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import CodecKeyError
 
 ENCODING = b"binary/encrypted"
 """The `encoding` metadata of an encrypted payload."""
@@ -62,10 +62,6 @@ KEY_ID = "encryption-key-id"
 """Metadata naming the key that encrypted a payload (for rotation)."""
 _NONCE_BYTES = 12
 _KEY_SIZES = (16, 24, 32)
-
-
-class CodecKeyError(UserError, ValueError):
-    """A key is malformed, or a payload names a key this process does not have."""
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from gymflow.envs.contract import Message, ToolSpec
+from gymflow.envs.errors import ChatFormatError
 from gymflow.envs.policy import Policy
 from gymflow.envs.wire import chat
 from gymflow.workers.servers import byte_tokens
@@ -96,7 +97,7 @@ def build_app(
             return _error(400, "streaming is not supported", param="stream")
         try:
             parsed = chat.read_request(body.get("messages"), body.get("tools"))
-        except chat.ChatFormatError as exc:
+        except ChatFormatError as exc:
             return _error(400, str(exc), param="messages")
         prompt_tokens = estimate_tokens(parsed.messages, parsed.tools)
         if max_context_tokens is not None and prompt_tokens > max_context_tokens:

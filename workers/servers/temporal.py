@@ -40,7 +40,7 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
-from gymflow.envs.errors import UserError
+from gymflow.envs.errors import MissingSearchAttributes, ServerError, ServerRunning
 from gymflow.workers.config import SERVER_RECORD
 from gymflow.workers.connection import Connection
 from gymflow.workflows.names import SEARCH_ATTRIBUTES
@@ -58,25 +58,21 @@ _DEV_SERVER_TYPES = {
 
 SQLITE_PRAGMAS = ("--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal")
 """Write-ahead log, synced at checkpoints: SQLite's default rollback journal creates, syncs and
-deletes a journal file per transaction, which cost the server 22 ms of CPU per activity on a 2-core
-box (bench/: 34 activities/s for a bare workflow, 100 with these). A commit still survives any
-process crash; a power loss can lose the last commits, never the database's consistency."""
+deletes a journal file per transaction, which made the journal, not the work, most of the server's
+CPU per activity on a small box (docs/benchmarks.md). A commit still survives any process crash; a
+power loss can lose the last commits, never the database's consistency."""
 
 
 QUEUE_TUNING = ("--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000")
 """The history service reads its transfer queue (what dispatches a workflow task once an activity
 completes) at most 20 times a second by default, so every model turn, tool call and reward waited
-25 ms on average before its workflow went on: 76 ms per activity one rollout at a time, 26 ms with
-this (bench/, bare workflow). Idle, the reader waits for notifications as before. The same for the
-visibility queue cost server CPU under load (bench (c): 27.6 s instead of 25.7 s) and is left
-alone. The embedded server's settings only — a production cluster is tuned by its operators."""
+on average half that interval before its workflow went on, which dominated a rollout's latency one
+rollout at a time (docs/benchmarks.md). Idle, the reader waits for notifications as before. The same
+for the visibility queue cost server CPU under load and is left alone. The embedded server's
+settings only — a production cluster is tuned by its operators."""
 
 
 log = logging.getLogger(__name__)
-
-
-class ServerError(UserError, RuntimeError):
-    """The embedded server could not be found, started or reached."""
 
 
 LOCK_FILE = "server.lock"
@@ -137,19 +133,6 @@ class ServerRecord:
     def where(self) -> str:
         pid = f"pid {self.pid}, " if self.pid else ""
         return f"{pid}frontend localhost:{self.port}, UI http://localhost:{self.ui_port}"
-
-
-class ServerRunning(ServerError):
-    """A server already runs on this data dir; the message says where and what to do instead."""
-
-    def __init__(self, data_dir: Path, running: ServerRecord | None) -> None:
-        self.data_dir, self.running = data_dir, running
-        where = f" ({running.where()})" if running else ""
-        use = f"use it (--address localhost:{running.port}), " if running else ""
-        super().__init__(
-            f"a Temporal server already runs on data dir {data_dir}{where}: {use}stop it with "
-            f"`gymflow server --stop --data-dir {data_dir}`, or give this one another --data-dir"
-        )
 
 
 def record(*, data_dir: Path, port: int, ui_port: int, pid: int | None = None, detached: bool = False) -> None:
@@ -292,10 +275,6 @@ async def register_search_attributes(client: Client, keys: tuple[SearchAttribute
         await client.operator_service.add_search_attributes(
             AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
         )
-
-
-class MissingSearchAttributes(UserError, RuntimeError):
-    """The cluster lacks search attributes gymflow sets; the message says how to add them."""
 
 
 def search_attribute_commands(connection: Connection, missing: list[SearchAttributeKey]) -> list[str]:

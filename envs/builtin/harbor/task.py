@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gymflow.envs.contract import DatasetError
+from gymflow.envs.errors import TaskError
 from gymflow.envs.runtime.base import Limits
 
 TASK_FILE = "task.toml"
@@ -34,10 +34,6 @@ TESTS_DIR = "tests"
 TEST_SCRIPT = "test.sh"
 SOLUTION_DIR = "solution"
 SOLUTION_SCRIPT = "solve.sh"
-
-
-class TaskError(DatasetError):
-    """A task directory is invalid; the message names the file and the field."""
 
 
 class _Section(BaseModel):

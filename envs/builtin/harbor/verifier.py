@@ -16,7 +16,6 @@ after writing the reward.
 
 from __future__ import annotations
 
-import enum
 import json
 import math
 import time
@@ -26,7 +25,8 @@ from typing import Any
 from pydantic import Field
 
 from gymflow.envs.builtin.harbor.task import SOLUTION_SCRIPT, TEST_SCRIPT, HarborTask
-from gymflow.envs.contract import InfraError, TerminationReason, Wire
+from gymflow.envs.contract import Wire
+from gymflow.envs.errors import VerifierError, VerifierFailure
 from gymflow.envs.runtime.base import RolloutSpec, Sandbox
 from gymflow.envs.runtime.container import ContainerRuntime
 from gymflow.envs.runtime.images import build_image
@@ -38,28 +38,6 @@ TESTS_DIR = "/tests"
 SOLUTION_DIR = "/solution"
 DEFAULT_WORKDIR = "/app"
 VERIFIER_OUTPUT_BYTES = 32 * 1024
-
-
-class VerifierFailure(enum.StrEnum):
-    """Why a verifier produced no reward."""
-
-    TIMEOUT = "verifier_timeout"
-    CRASHED = "verifier_crashed"
-    """test.sh exited non-zero and wrote no reward file."""
-    NO_REWARD = "no_reward_file"
-    BAD_REWARD = "bad_reward"
-    """The reward file is not a finite number / not {"reward": number}."""
-
-
-class VerifierError(InfraError):
-    """The verifier could not score the rollout: infra-failed (reward_error), never a 0."""
-
-    termination = TerminationReason.REWARD_ERROR
-
-    def __init__(self, reason: VerifierFailure, message: str, *, output: str = "") -> None:
-        super().__init__(f"{reason.value}: {message}")
-        self.reason = reason
-        self.output = output
 
 
 class VerifierResult(Wire):
@@ -89,7 +67,7 @@ async def start_task(runtime: ContainerRuntime, task: HarborTask, *, rollout_id:
         context=task.environment_dir,
         dockerfile=task.dockerfile,
         timeout_s=task.config.environment.build_timeout_sec,
-        state_dir=runtime.state_dir,
+        state_dir=runtime.state_root,  # host-wide: sibling worker processes build an image once
     )
     config = await runtime.engine.image_config(image)
     spec = RolloutSpec(

@@ -24,7 +24,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gymflow.envs.contract import DatasetError, Task
+from gymflow.envs.contract import Task
+from gymflow.envs.errors import DatasetError
 
 PROMPT_PREFIX = "Compute the value of the expression: "
 """The lead-in of a generated prompt; the expression follows it up to the end of the line."""

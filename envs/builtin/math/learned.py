@@ -30,7 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from gymflow.envs.builtin.math.policy import _MAX_ATTEMPTS, _answer, _format, _Progress, parse_expression, plan
+from gymflow.envs.builtin.math.policy import (
+    MAX_ATTEMPTS,
+    Progress,
+    answer_message,
+    format_value,
+    parse_expression,
+    plan,
+)
 from gymflow.envs.contract import Message, ToolCall, ToolSpec
 from gymflow.envs.policy import Policy
 
@@ -133,7 +140,7 @@ class _Situation:
     """What a turn sees: the plan, the progress, and whether a choice is to be made."""
 
     steps: list[Any]
-    progress: _Progress
+    progress: Progress
     ready: list[int]
     features: tuple[float, ...]
 
@@ -144,13 +151,13 @@ def _situation(messages: Sequence[Message]) -> tuple[_Situation | None, Message 
     expression = parse_expression(first_user.content) if first_user else None
     planned = plan(expression) if expression else None
     if planned is None:
-        return None, _answer("unknown")
+        return None, answer_message("unknown")
     steps, root = planned
-    progress = _Progress(steps, messages)
+    progress = Progress(steps, messages)
     final = progress.resolve(root)
     if final is not None:
-        return None, _answer(_format(final))
-    if any(n >= _MAX_ATTEMPTS and k not in progress.values for k, n in progress.errors.items()):
+        return None, answer_message(format_value(final))
+    if any(n >= MAX_ATTEMPTS and k not in progress.values for k, n in progress.errors.items()):
         return None, _give_up(progress)
     ready = [i for i in range(len(steps)) if i not in progress.values and progress.arguments(i) is not None]
     if not ready:
@@ -159,8 +166,8 @@ def _situation(messages: Sequence[Message]) -> tuple[_Situation | None, Message 
     return _Situation(steps, progress, ready, features), None
 
 
-def _give_up(progress: _Progress) -> Message:
-    return _answer("unknown" if progress.last is None else _format(progress.last))
+def _give_up(progress: Progress) -> Message:
+    return answer_message("unknown" if progress.last is None else format_value(progress.last))
 
 
 def _operands(situation: _Situation, step: int) -> tuple[Any, ...]:
@@ -186,7 +193,7 @@ class SoftmaxPolicy(Policy):
         rng = rng or self._rng
         situation, forced = _situation(messages)
         if situation is None:
-            return forced or _answer("unknown"), []
+            return forced or answer_message("unknown"), []
         p = self.params
         turn = Decision("turn", 0, features=situation.features)
         turn.choice = int(rng.random() < p.probabilities(turn)[1])
@@ -205,7 +212,7 @@ class SoftmaxPolicy(Policy):
             op = TOOLS.index(spec.tool)
             probs = p.probabilities(Decision("tool", 0, op)) * np.array([t in offered for t in TOOLS], float)
             if probs.sum() == 0:
-                return _answer("unknown"), decisions
+                return answer_message("unknown"), decisions
             tool = int(rng.choice(len(TOOLS), p=probs / probs.sum()))
             decisions.append(Decision("tool", tool, op))
             if values[0] != values[1]:

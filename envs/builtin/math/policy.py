@@ -39,7 +39,8 @@ _EXPRESSION_RE = re.compile(re.escape(PROMPT_PREFIX.strip()) + r"[ \t]*([^\n]+)"
 _CALL_ID_RE = re.compile(r"calc-(\d+)-(\d+)")
 _BINARY_TOOLS = {ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide", ast.Pow: "power"}
 _ARGUMENT_NAMES = {"power": ("base", "exponent"), "sqrt": ("x",)}
-_MAX_ATTEMPTS = 2
+MAX_ATTEMPTS = 2
+"""Failed calls of one step after which a scripted player gives up on the task and answers what it has."""
 
 
 @dataclass(frozen=True)
@@ -119,15 +120,17 @@ def _tool_value(content: str) -> Value | None:
     return value
 
 
-def _format(value: Value) -> str:
+def format_value(value: Value) -> str:
+    """A value as the answer states it (an integral float without its `.0`)."""
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
-def _answer(text: str) -> Message:
+def answer_message(text: str) -> Message:
+    """The final assistant message answering `text`."""
     return Message(role="assistant", content=f"<answer>{text}</answer>")
 
 
-class _Progress:
+class Progress:
     """What the conversation so far says about a plan's steps."""
 
     def __init__(self, steps: Sequence[Step], messages: Sequence[Message]) -> None:
@@ -198,14 +201,14 @@ class CalculatorPolicy(Policy):
         expression = parse_expression(first_user.content) if first_user else None
         planned = plan(expression) if expression else None
         if planned is None:
-            return _answer("unknown")
+            return answer_message("unknown")
         steps, root = planned
-        progress = _Progress(steps, messages)
+        progress = Progress(steps, messages)
         final = progress.resolve(root)
         if final is not None:
-            return _answer(_format(final))
-        if any(n >= _MAX_ATTEMPTS and k not in progress.values for k, n in progress.errors.items()):
-            return _answer("unknown" if progress.last is None else _format(progress.last))
+            return answer_message(format_value(final))
+        if any(n >= MAX_ATTEMPTS and k not in progress.values for k, n in progress.errors.items()):
+            return answer_message("unknown" if progress.last is None else format_value(progress.last))
         available = {t.name for t in tools}
         calls = []
         for step, spec in enumerate(steps):
@@ -213,11 +216,11 @@ class CalculatorPolicy(Policy):
             if step in progress.values or arguments is None:
                 continue
             if spec.tool not in available:
-                return _answer("unknown")
+                return answer_message("unknown")
             attempt = progress.errors.get(step, 0)
             calls.append(ToolCall(id=f"calc-{step}-{attempt}", name=spec.tool, arguments=dict(arguments)))
         if not calls:  # an answer went missing; nothing left to ask
-            return _answer("unknown" if progress.last is None else _format(progress.last))
+            return answer_message("unknown" if progress.last is None else format_value(progress.last))
         return Message(role="assistant", tool_calls=calls)
 
 

@@ -27,8 +27,9 @@ from urllib.parse import unquote, urlparse
 
 from pydantic import Field, ValidationError
 
-from gymflow.envs.contract import DatasetError, Task, Wire
+from gymflow.envs.contract import Task, Wire
 from gymflow.envs.datagen import format as fmt
+from gymflow.envs.errors import DatasetError
 
 CACHE_ENV = "GYMFLOW_SEARCH_CACHE"
 """Overrides where fetched corpora are kept (default: <tmp>/gymflow-search)."""

@@ -30,7 +30,8 @@ from typing import Any
 
 from gymflow.envs.builtin.sheets import book, generate
 from gymflow.envs.builtin.sheets.families import CELL_LEVEL, SHEET_LEVEL
-from gymflow.envs.contract import DatasetError, Task
+from gymflow.envs.contract import Task
+from gymflow.envs.errors import DatasetError
 
 INPUT_NAME = "input.xlsx"
 """The input workbook's name in the workspace."""

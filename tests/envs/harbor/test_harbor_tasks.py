@@ -11,14 +11,9 @@ import pytest
 from mcp import Client
 
 from gymflow.envs.builtin.harbor.task import HarborTask, load_dataset
-from gymflow.envs.builtin.harbor.verifier import (
-    VerifierError,
-    VerifierResult,
-    install_solution,
-    run_verifier,
-    start_task,
-)
+from gymflow.envs.builtin.harbor.verifier import VerifierResult, install_solution, run_verifier, start_task
 from gymflow.envs.contract import TerminationReason
+from gymflow.envs.errors import VerifierError
 from gymflow.envs.runtime.container import ContainerRuntime
 from gymflow.envs.runtime.terminal import build_server
 
@@ -42,6 +37,7 @@ async def attempt(runtime: ContainerRuntime, task: HarborTask, tmp_path: Path, *
         await sandbox.release()
 
 
+@pytest.mark.slow  # the same suite runs through the whole engine in test_harbor_eval.py (slow too)
 @pytest.mark.timeout(1800)
 async def test_oracle_scores_one_null_zero_and_broken_verifiers_are_flagged(
     runtime: ContainerRuntime, tmp_path: Path

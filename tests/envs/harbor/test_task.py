@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.envs.builtin.harbor.task import TaskError, load_dataset, load_task
-from gymflow.envs.builtin.harbor.verifier import VerifierError, VerifierFailure, parse_reward
+from gymflow.envs.builtin.harbor.task import load_dataset, load_task
+from gymflow.envs.builtin.harbor.verifier import parse_reward
+from gymflow.envs.errors import TaskError, VerifierError, VerifierFailure
 
 TASKS = Path(__file__).parent / "tasks"
 

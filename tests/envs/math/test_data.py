@@ -8,7 +8,8 @@ import pytest
 
 from gymflow.envs.builtin.math.data import PROMPT_PREFIX, PROMPT_SUFFIX, generate_tasks, load_jsonl
 from gymflow.envs.builtin.math.servers.calculator import evaluate_expression
-from gymflow.envs.contract import DatasetError, Task
+from gymflow.envs.contract import Task
+from gymflow.envs.errors import DatasetError
 
 
 def test_same_seed_same_tasks() -> None:

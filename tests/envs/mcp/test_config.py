@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from gymflow.envs.errors import EnvFileError
 from gymflow.envs.mcp.config import parse_servers
 from gymflow.envs.mcp.envfile import env_class_from_file, load_env_file
-from gymflow.envs.registry import EnvFileError, env_class, storage_name
+from gymflow.envs.registry import env_class, storage_name
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from gymflow.envs.errors import EnvFileError
 from gymflow.envs.mcp.env import McpEnv
-from gymflow.envs.registry import EnvFileError, env_class
+from gymflow.envs.registry import env_class
 
 SERVER = '''
 import json, os, sys

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from gymflow.envs.contract import InfraError, Message, Task
+from gymflow.envs.contract import Message, Task
+from gymflow.envs.errors import EnvFileError, InfraError
 from gymflow.envs.mcp.env import McpEnv
 from gymflow.envs.mcp.library_reward import LibraryReward, LibraryRewardSpec, extracted
-from gymflow.envs.registry import EnvFileError
 from gymflow.workers.worker import RunningWorker
 from support import COUNTER_SERVER, ScriptedPolicy, call, play
 

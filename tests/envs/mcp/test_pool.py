@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mcp_support import MakeEnv, wait_until
 
-from gymflow.envs.contract import InfraError
+from gymflow.envs.errors import InfraError
 from gymflow.envs.mcp.pool import MAX_CONSECUTIVE_FAILURES
 
 

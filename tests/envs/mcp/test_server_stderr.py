@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from mcp_support import MakeEnv
 
-from gymflow.envs.contract import InfraError
+from gymflow.envs.errors import InfraError
 from gymflow.envs.mcp.transport import STDERR_TAIL_BYTES, log_tail
 
 ROOT = Path(__file__).parents[3]

@@ -17,7 +17,8 @@ import mcp_types
 import pytest
 from mcp_support import HTTP_COUNTER, MakeEnv, wait_until
 
-from gymflow.envs.contract import InfraError, ToolResult
+from gymflow.envs.contract import ToolResult
+from gymflow.envs.errors import InfraError
 from gymflow.envs.mcp.content import apply_parser, load_parser, render_result
 from gymflow.envs.mcp.http import free_port
 from support import COUNTER_SERVER

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from mcp_support import MakeEnv
 
+from gymflow.envs.errors import WorkspaceError
 from gymflow.envs.mcp import workspace as ws
 
 ESCAPES = ["../outside.txt", "a/../../outside.txt", "/etc/passwd", "//etc/passwd", "a\x00b"]
@@ -27,9 +28,9 @@ def test_copy_in_and_write_refuse_escaping_names(roots: tuple[Path, Path], tmp_p
     root, _ = roots
     src = tmp_path / "src.txt"
     src.write_text("x")
-    with pytest.raises(ws.WorkspaceError):
+    with pytest.raises(WorkspaceError):
         ws.copy_in(root, src, name)
-    with pytest.raises(ws.WorkspaceError):
+    with pytest.raises(WorkspaceError):
         ws.write_in(root, "x", name)
     assert not (tmp_path / "outside.txt").exists()
 
@@ -37,7 +38,7 @@ def test_copy_in_and_write_refuse_escaping_names(roots: tuple[Path, Path], tmp_p
 @pytest.mark.parametrize("name", ESCAPES)
 def test_copy_out_refuses_escaping_names(roots: tuple[Path, Path], tmp_path: Path, name: str) -> None:
     root, _ = roots
-    with pytest.raises(ws.WorkspaceError):
+    with pytest.raises(WorkspaceError):
         ws.copy_out(root, name, tmp_path / "dst.txt")
     assert not (tmp_path / "dst.txt").exists()
 
@@ -49,9 +50,9 @@ def test_symlink_planted_as_copy_in_destination_is_refused(roots: tuple[Path, Pa
     src = tmp_path / "src.txt"
     src.write_text("overwritten")
     for name in ("link.txt", "dir/new.txt", "dir/secret.txt"):
-        with pytest.raises(ws.WorkspaceError, match="outside the workspace"):
+        with pytest.raises(WorkspaceError, match="outside the workspace"):
             ws.copy_in(root, src, name)
-        with pytest.raises(ws.WorkspaceError, match="outside the workspace"):
+        with pytest.raises(WorkspaceError, match="outside the workspace"):
             ws.write_in(root, "overwritten", name)
     assert (outside / "secret.txt").read_text() == "secret"
     assert not (outside / "new.txt").exists()
@@ -63,7 +64,7 @@ def test_symlink_planted_as_copy_out_source_is_refused(roots: tuple[Path, Path],
     (root / "dir").symlink_to(outside, target_is_directory=True)
     (root / "abs.txt").symlink_to("/etc/passwd")
     for name in ("link.txt", "dir/secret.txt", "abs.txt"):
-        with pytest.raises(ws.WorkspaceError, match="outside the workspace"):
+        with pytest.raises(WorkspaceError, match="outside the workspace"):
             ws.copy_out(root, name, tmp_path / "dst.txt")
     assert not (tmp_path / "dst.txt").exists()
 
@@ -79,12 +80,12 @@ def test_copies_are_bounded(roots: tuple[Path, Path], tmp_path: Path) -> None:
     root, _ = roots
     big = tmp_path / "big.bin"
     big.write_bytes(b"x" * 2048)
-    with pytest.raises(ws.WorkspaceError, match="over the 1024-byte copy limit"):
+    with pytest.raises(WorkspaceError, match="over the 1024-byte copy limit"):
         ws.copy_in(root, big, max_bytes=1024)
-    with pytest.raises(ws.WorkspaceError, match="over the 1024-byte copy limit"):
+    with pytest.raises(WorkspaceError, match="over the 1024-byte copy limit"):
         ws.write_in(root, b"x" * 2048, "big.bin", max_bytes=1024)
     (root / "big.bin").write_bytes(b"x" * 2048)
-    with pytest.raises(ws.WorkspaceError, match="over the 1024-byte copy limit"):
+    with pytest.raises(WorkspaceError, match="over the 1024-byte copy limit"):
         ws.copy_out(root, "big.bin", tmp_path / "out.bin", max_bytes=1024)
 
 
@@ -96,11 +97,11 @@ async def test_env_copies_refuse_a_link_a_rollout_planted(make_env: MakeEnv, tmp
     secret = tmp_path / "secret.txt"
     secret.write_text("secret")
     os.symlink(secret, workspace / "planted.txt")
-    with pytest.raises(ws.WorkspaceError):
+    with pytest.raises(WorkspaceError):
         await env.copy_from_workspace("r", "planted.txt", tmp_path / "stolen.txt")
-    with pytest.raises(ws.WorkspaceError):
+    with pytest.raises(WorkspaceError):
         await env.copy_content_to_workspace("r", "pwned", "planted.txt")
-    with pytest.raises(ws.WorkspaceError):
+    with pytest.raises(WorkspaceError):
         await env.copy_to_workspace("r", secret, "../escape.txt")
     assert secret.read_text() == "secret" and not (tmp_path / "stolen.txt").exists()
     await env.copy_content_to_workspace("r", "hello", "notes/a.txt")

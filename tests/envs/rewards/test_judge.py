@@ -7,10 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gymflow.envs.contract import Message, ToolCall
+from gymflow.envs.errors import JudgeParseError
 from gymflow.envs.rewards.judge import (
     MAX_REPLY_CHARS,
     SYSTEM_PROMPT,
-    JudgeParseError,
     bound,
     parse_judge_reply,
     render_judge_prompt,

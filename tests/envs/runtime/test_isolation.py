@@ -107,6 +107,8 @@ async def test_memory_hog_is_killed_and_reported_as_a_tool_error(
             assert "out of memory (128 MB)" in text
             after = await client.call_tool("bash", {"command": "echo still-alive"})
             assert not after.is_error and "still-alive" in after.content[0].text  # type: ignore[union-attr]
+        # conmon marks an OOM-killed exec with a file `oom` in its client's working directory: never ours.
+        assert not (Path.cwd() / "oom").exists()
     finally:
         await sandbox.release()
 

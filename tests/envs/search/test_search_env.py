@@ -16,10 +16,11 @@ from gymflow.envs.builtin.search.env import SearchEnv
 from gymflow.envs.builtin.search.policy import RetrievePolicy
 from gymflow.envs.builtin.search.rewards import search_reward
 from gymflow.envs.builtin.search.servers import search as server_module
-from gymflow.envs.contract import DatasetError, Message, Task
+from gymflow.envs.contract import Message, Task
 from gymflow.envs.datagen.corpus import Document, chunk_document, decode_document
 from gymflow.envs.datagen.filters import MinHashDedup
 from gymflow.envs.datagen.generate import Candidate, offline_draft
+from gymflow.envs.errors import DatasetError
 from gymflow.envs.policy import NullPolicy
 
 SAMPLE = Path(__file__).parents[3] / "envs" / "builtin" / "search" / "sample_corpus"

@@ -12,7 +12,8 @@ import pytest
 
 from gymflow.envs.builtin.sheets import data, generate
 from gymflow.envs.builtin.sheets.families import FAMILIES
-from gymflow.envs.contract import DatasetError, Task
+from gymflow.envs.contract import Task
+from gymflow.envs.errors import DatasetError
 
 
 def _bench(tmp_path: Path, rows: list[dict[str, Any]], *, files: bool = True) -> Path:

@@ -1,4 +1,4 @@
-"""The README's trainer-integration snippets are these files, verbatim, and they run here."""
+"""The trainer-integration examples the docs show (docs/guides/trainers.md, sessions.md) run here."""
 
 from __future__ import annotations
 
@@ -15,12 +15,17 @@ from gymflow.workers.trainers.integrations.examples.stream_groups import train_o
 from gymflow.workers.worker import RunningWorker
 
 ROOT = Path(__file__).parents[3]
-EXAMPLES = sorted((ROOT / "workers" / "integrations" / "examples").glob("[!_]*.py"))
+EXAMPLES = sorted((ROOT / "workers" / "trainers" / "integrations" / "examples").glob("[!_]*.py"))
+
+
+def test_the_examples_are_found() -> None:
+    assert [p.stem for p in EXAMPLES] == ["session_episode", "skyrl_episode", "stream_groups"]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-def test_readme_shows_the_example_verbatim(path: Path) -> None:
-    assert f"```python\n{path.read_text()}```" in (ROOT / "README.md").read_text()
+def test_the_docs_include_the_example(path: Path) -> None:
+    pages = "".join(page.read_text() for page in (ROOT / "docs" / "guides").glob("*.md"))
+    assert f'--8<-- "{path.relative_to(ROOT)}"' in pages
 
 
 async def test_stream_groups_example(worker: RunningWorker, temporal_address: str) -> None:

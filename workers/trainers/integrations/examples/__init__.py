@@ -1,1 +1,1 @@
-"""Runnable trainer-integration examples; the README shows these files verbatim and the tests run them."""
+"""Runnable trainer-integration examples: the docs include these files (docs/guides/) and the tests run them."""

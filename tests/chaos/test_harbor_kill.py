@@ -1,0 +1,124 @@
+"""kill -9 a worker during a 32-rollout Harbor batch on two real worker processes.
+
+Every rollout completes (its container rebuilt and its tool calls replayed on a fresh one) or is
+flagged infra-failed; none is scored from a dead container (each scored one is the oracle's 1.0);
+and 60 s after the batch no container carrying gymflow's labels is left on the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import figures
+import pytest
+from chaos_support import fleet, fleet_spec
+from container_support import base_image
+from mcp_support import node_ids, wait_polling
+from temporalio.client import Client, WorkflowHandle
+
+from gymflow.activities.model import ModelConfig
+from gymflow.activities.storage import read_trajectories
+from gymflow.envs.builtin.harbor.env import HarborEnv
+from gymflow.envs.builtin.harbor.policy import OraclePolicy
+from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workflows.group import BatchRolloutWorkflow
+from gymflow.workflows.names import node_queue
+from gymflow.workflows.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+__all__ = ["base_image"]  # the fixture: a real podman and the base image, or a skip naming the install
+
+TASKS = Path(__file__).parents[1] / "envs" / "harbor" / "tasks"
+SOLVABLE = ("edit-config", "fix-script", "make-executable", "sort-numbers")
+ROLLOUTS = 32
+KILL_AT = 8
+
+
+def gymflow_containers(state_root: Path) -> list[str]:
+    """Containers with gymflow's labels whose disks live under `state_root` (this test's fleet's)."""
+    listed = subprocess.run(
+        ["podman", "ps", "-a", "--filter", "label=gymflow=1", "--format", "{{json .Labels}}"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    labels = [json.loads(line) for line in listed.stdout.splitlines() if line.strip()]
+    return [lab.get("gymflow.state", "") for lab in labels if lab.get("gymflow.state", "").startswith(str(state_root))]
+
+
+async def finished(handle: WorkflowHandle[Any, BatchResult]) -> int:
+    progress = await asyncio.wait_for(handle.query(BatchRolloutWorkflow.progress), 30)
+    return int(progress["completed"])
+
+
+async def test_harbor_batch_survives_a_kill_9_and_leaves_no_container(
+    client: Client, temporal_address: str, tmp_path: Path, base_image: str
+) -> None:
+    del base_image
+    rows = {t.id: t for t in HarborEnv.load_dataset(str(TASKS))}  # the oracle finds its tasks here
+    tasks = [
+        rows[SOLVABLE[i % len(SOLVABLE)]].model_copy(update={"id": f"{SOLVABLE[i % len(SOLVABLE)]}-{i}"})
+        for i in range(ROLLOUTS)
+    ]
+    state_root = tmp_path / "runtime"
+    queue = f"chaos-{uuid.uuid4().hex[:8]}"
+    spec = fleet_spec(tmp_path, temporal_address, queue)
+    spec.env["GYMFLOW_RUNTIME_STATE_DIR"] = str(state_root)
+    started = time.monotonic()
+    async with PolicyServer(OraclePolicy()) as policy:
+        with fleet(spec, tmp_path / "fleet") as workers:
+            await wait_polling(client, [node_queue(queue, node) for node in node_ids(2)])
+            handle = await client.start_workflow(
+                BatchRolloutWorkflow.run,
+                BatchInput(
+                    env="harbor",
+                    tasks=tasks,
+                    window=16,
+                    destination=(tmp_path / "results").as_uri(),
+                    options=RolloutOptions(
+                        model=ModelConfig(base_url=policy.url, request_timeout_s=30),
+                        limits=RolloutLimits(max_turns=4),
+                        retry=RetrySettings(node_timeout_s=5, max_recoveries=3),
+                    ),
+                ),
+                id=f"chaos-harbor-{uuid.uuid4().hex[:8]}",
+                task_queue=queue,
+            )
+            deadline = time.monotonic() + 600
+            while await finished(handle) < KILL_AT:
+                assert time.monotonic() < deadline, "batch stalled"
+                await asyncio.sleep(0.2)
+            in_flight = len(gymflow_containers(state_root))
+            workers.kill(0)
+            workers.start(0)
+            result: BatchResult = await asyncio.wait_for(handle.result(), timeout=1200)
+        batch_s = time.monotonic() - started
+        # The fleet stopped (gracefully) with the block: every container must be gone within 60 s.
+        gone_by = time.monotonic() + 60
+        left = gymflow_containers(state_root)
+        while left and time.monotonic() < gone_by:
+            await asyncio.sleep(1)  # polling the engine: it has no event to wait on
+            left = gymflow_containers(state_root)
+    assert left == [], left
+
+    trajectories = await read_trajectories(result.parts)
+    ids = Counter(t.rollout_id for t in trajectories)
+    assert len(ids) == ROLLOUTS and max(ids.values()) == 1
+    scored = [t for t in trajectories if not t.infra_failed]
+    flagged = [(t.task_id, t.termination.value, t.error) for t in trajectories if t.infra_failed]
+    # Never a score from a dead container: what is scored is the oracle's full marks.
+    assert all(t.reward is not None and t.reward.total == 1.0 for t in scored), [
+        (t.task_id, t.reward) for t in scored if t.reward is None or t.reward.total != 1.0
+    ]
+    assert len(scored) >= ROLLOUTS // 2, flagged
+    figures.record(
+        "chaos", "kill -9 a worker during a 32-rollout Harbor batch, 2 worker processes",
+        started=ROLLOUTS, scored=len(scored), flagged=len(flagged), containers_at_kill=in_flight,
+        recovered=sum(t.recoveries > 0 for t in trajectories), batch_s=round(batch_s, 1),
+        flagged_reasons=dict(Counter(reason for _, reason, _ in flagged)),
+    )  # fmt: skip
