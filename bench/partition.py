@@ -13,7 +13,8 @@ elsewhere; tests/chaos/test_partition.py covers a replayable one, with its tool-
 * partition for good — node 1's link goes down the same way and never comes back: seconds from
   the cut until the node has freed everything itself (`GYMFLOW_FENCE_AFTER_S`), wall time.
 
-Needs root (network namespaces) and iproute2. Writes bench/out/partition.json.
+Needs root (network namespaces) and iproute2. Writes bench/out/partition.json and partition.png (a
+run's copies are in bench/results/; docs/benchmarks.md has the figures).
 """
 
 from __future__ import annotations
@@ -276,6 +277,36 @@ async def _polled(client: Client, queue: str) -> bool:
     return bool(described.pollers)
 
 
+def plot(figures: dict[str, Any], path: Path) -> None:
+    """Wall time of each batch, and the seconds from the cut to the recoveries and the node's cleanup."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = figures["results"]
+    healed, cut = rows["partition_60s_then_heal"], rows["partition_for_good"]
+    fig, (walls, times) = plt.subplots(1, 2, figsize=(10, 3.8))
+    labels = ["baseline", "60 s partition", "for good"]
+    walls.bar(labels, [rows["baseline"]["wall_s"], healed["wall_s"], cut["wall_s"]], color="#4c72b0")
+    walls.set_ylabel("batch wall time (s)")
+    walls.set_title(f"{figures['rollouts']} rollouts on {figures['nodes']} nodes")
+    events = {
+        "recovery p50\n(60 s)": healed.get("recovery_p50_s"),
+        "recovery max\n(60 s)": healed.get("recovery_max_s"),
+        "recovery p50\n(for good)": cut.get("recovery_p50_s"),
+        "recovery max\n(for good)": cut.get("recovery_max_s"),
+        "node freed all\n(fence)": cut.get("servers_gone_s_after_cut"),
+    }
+    times.bar(list(events), [v or 0.0 for v in events.values()], color="#dd8452")
+    times.axhline(figures["partition_s"], color="gray", linestyle="--", linewidth=1, label="heal (60 s run)")
+    times.set_ylabel("seconds after the cut")
+    times.tick_params(axis="x", labelsize=8)
+    times.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=100)
@@ -284,6 +315,7 @@ def main() -> None:
     figures = asyncio.run(measure(args))
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "partition.json").write_text(json.dumps(figures, indent=2) + "\n")
+    plot(figures, OUT / "partition.png")
     print(json.dumps(figures, indent=2))
 
 

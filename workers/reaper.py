@@ -26,7 +26,9 @@ on other nodes; the node cannot know which. So the reaper probes the server ever
 
 * when contact comes back after a failed probe, every rollout state it holds whose workflow still
   runs is checked against that workflow's history (read backwards to its last `init_rollout`): a
-  rollout initialised again since (a later incarnation) moved, and its state here is freed. Its
+  rollout initialised again since (a later incarnation, or the same one completed on another node:
+  an init cut off mid-run is retried elsewhere under the same key) moved, and its state here is
+  freed; one whose latest init is still in flight is asked again on the next probes. Its
   activities that were cut off learn the same from the server (their heartbeats fail, and the SDK
   cancels them);
 * while there is no contact, after `fence_after_s` the node frees everything it holds (the
@@ -43,6 +45,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
@@ -50,7 +53,7 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest, GetWorkflowE
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from gymflow.activities.env import EnvActivities, InitRolloutInput, state_key
+from gymflow.activities.env import EnvActivities, InitRolloutInput, RolloutHandle, state_key
 from gymflow.envs.mcp.ledger import reap_orphans
 from gymflow.envs.runtime.node import NodeRuntimes
 
@@ -62,6 +65,9 @@ PROBE_S = 5.0
 """How often the reaper checks that the server answers (at most its reaping interval)."""
 PROBE_TIMEOUT = timedelta(seconds=5)
 HISTORY_PAGE = 64
+MOVED_RECHECKS = 12
+"""Probe rounds after contact comes back in which held states `moved` could not tell about are asked
+again (an init in flight at the cut); past that, the rollout's closing (`reap_closed`) frees them."""
 """Events per page when a history is read backwards to its last init_rollout."""
 
 
@@ -106,13 +112,18 @@ async def reap_closed(client: Client, env: EnvActivities) -> list[str]:
     return freed
 
 
-async def moved(client: Client, workflow_id: str, held_key: str) -> bool | None:
+async def moved(client: Client, workflow_id: str, held_key: str, node_queue: str | None = None) -> bool | None:
     """Whether the rollout holding state `held_key` here was initialised again since (None: cannot tell now).
 
     The rollout's latest `init_rollout` is found by reading its history backwards: a later
-    incarnation's state key differs from `held_key`.
+    incarnation's state key differs from `held_key`. The same incarnation may have been initialised
+    elsewhere too: an init this node started just before it was cut off times out on the server and
+    is retried on another node under the same state key. So with `node_queue` (this node's), a
+    latest init that completed names the node that holds the rollout now, and one still in flight
+    cannot tell yet.
     """
     token = b""
+    completed: dict[int, Any] = {}  # scheduled event id -> the result payloads, of the completions seen so far
     try:
         while True:
             page = await client.workflow_service.get_workflow_execution_history_reverse(
@@ -124,13 +135,24 @@ async def moved(client: Client, workflow_id: str, held_key: str) -> bool | None:
                 )
             )
             for event in page.history.events:
+                if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+                    done = event.activity_task_completed_event_attributes
+                    completed[done.scheduled_event_id] = done.result.payloads
+                    continue
                 if event.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                     continue
                 attributes = event.activity_task_scheduled_event_attributes
                 if attributes.activity_type.name != "init_rollout":
                     continue
                 [latest] = await client.data_converter.decode(attributes.input.payloads, [InitRolloutInput])
-                return state_key(latest.rollout_id, latest.incarnation) != held_key
+                if state_key(latest.rollout_id, latest.incarnation) != held_key:
+                    return True
+                if node_queue is None:
+                    return False
+                if event.event_id not in completed:
+                    return None  # this incarnation's init still runs, here or (retried) elsewhere
+                [handle] = await client.data_converter.decode(completed[event.event_id], [RolloutHandle])
+                return handle.node_queue != node_queue
             token = page.next_page_token
             if not token:
                 return False
@@ -141,20 +163,29 @@ async def moved(client: Client, workflow_id: str, held_key: str) -> bool | None:
         return None
 
 
-async def reap_moved(client: Client, env: EnvActivities) -> list[str]:
-    """Free every rollout state of `env` whose rollout was initialised again elsewhere; returns the keys."""
+async def reap_moved(client: Client, env: EnvActivities) -> tuple[list[str], int]:
+    """Free every rollout state of `env` whose rollout was initialised again elsewhere.
+
+    Returns:
+        The keys freed, and how many held states could not be decided now (ask again later).
+    """
     semaphore = asyncio.Semaphore(DESCRIBE_CONCURRENCY)
     freed: list[str] = []
+    undecided = 0
 
     async def check(name: str, key: str, workflow_id: str) -> None:
+        nonlocal undecided
         async with semaphore:
-            gone = await moved(client, workflow_id, key)
+            gone = await moved(client, workflow_id, key, env.node_queue)
+        if gone is None:
+            undecided += 1
         if not gone:
             return
         try:
             await env.release(name, key)
         except Exception:  # the next round retries
             log.warning("reaper: release failed", extra={"state_key": key, "env": name}, exc_info=True)
+            undecided += 1
             return
         freed.append(key)
 
@@ -162,7 +193,7 @@ async def reap_moved(client: Client, env: EnvActivities) -> list[str]:
     if freed:
         log.warning("reaper: rollouts moved to other nodes while this one was cut off; freed their states",
                     extra={"state_keys": freed})  # fmt: skip
-    return freed
+    return freed, undecided
 
 
 async def fence(env: EnvActivities, out_for_s: float) -> list[str]:
@@ -187,6 +218,8 @@ class Contact:
 
     last: float = field(default_factory=time.monotonic)
     lost: bool = False
+    rechecks: int = 0
+    """Rounds of `reap_moved` since contact came back (it asks again while some state is undecided)."""
 
     async def probe(self, client: Client) -> bool:
         """Ask the server something cheap; True if it answered."""
@@ -220,9 +253,12 @@ async def run_reaper(
         await asyncio.sleep(tick)
         try:
             if await contact.probe(client):
-                if contact.lost:  # back in contact: free what moved meanwhile
-                    contact.lost = fenced = False
-                    await reap_moved(client, env)
+                if contact.lost:  # back in contact: free what moved meanwhile (asking again what it cannot tell yet)
+                    fenced = False
+                    contact.rechecks += 1
+                    _, undecided = await reap_moved(client, env)
+                    if not undecided or contact.rechecks >= MOVED_RECHECKS:
+                        contact.lost, contact.rechecks = False, 0
                 if time.monotonic() >= next_reap:
                     await reap_closed(client, env)
                     await asyncio.to_thread(reap_orphans, workspace_root)

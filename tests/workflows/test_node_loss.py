@@ -88,3 +88,7 @@ async def test_lost_node_is_detected_and_the_rollout_reinitialised_elsewhere(
     # the state it held (incarnation 0) moved; the one B holds now is the current one.
     assert await moved(client, handle.id, state_key(handle.id, 0)) is True
     assert await moved(client, handle.id, state_key(handle.id, 1)) is False
+    # Told its own queue, a node learns whether the latest init completed on it (an init cut off on A
+    # and retried on B keeps its state key): incarnation 1 is B's, so A holding it would be moved.
+    assert await moved(client, handle.id, state_key(handle.id, 1), b.node_queue) is False
+    assert await moved(client, handle.id, state_key(handle.id, 1), a.node_queue) is True
