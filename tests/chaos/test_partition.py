@@ -199,6 +199,11 @@ def node_log(fleet: Fleet, index: int) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.startswith("{")]
 
 
+def freed_rollouts(lines: list[dict[str, Any]]) -> set[str]:
+    """The rollout ids of the state keys (`rollout_id#incarnation`) a node's log lines say it freed."""
+    return {key.rpartition("#")[0] for line in lines for key in line.get("state_keys", [])}
+
+
 def live_servers_metric(fleet: Fleet, index: int) -> float:
     text = urllib.request.urlopen(fleet.nodes.metrics_url(index), timeout=10).read().decode()
     for family in text_string_to_metric_families(text):
@@ -207,8 +212,16 @@ def live_servers_metric(fleet: Fleet, index: int) -> float:
     raise AssertionError("the node exports no gymflow_live_mcp_servers")
 
 
-async def check_batch(fleet: Fleet, result: BatchResult, partitioned_at: datetime) -> dict[str, Any]:
-    """Exactly once, no recorded tool call run again but as a replay, the node's rollouts moved."""
+async def check_batch(
+    fleet: Fleet, result: BatchResult, partitioned_at: datetime, freed_by_cut_off: set[str]
+) -> dict[str, Any]:
+    """Exactly once, no recorded tool call run again but as a replay, the node's rollouts moved.
+
+    `freed_by_cut_off`: the rollouts whose state the cut-off node says it freed after the cut (its
+    reaper's or fence's log lines). One of those whose every recorded init completed on another node
+    moved too: the node was running its init when cut off, and the server retried it elsewhere (a
+    retried attempt leaves no trace in the history).
+    """
     trajectories = await read_trajectories(result.parts)
     ids = Counter(t.rollout_id for t in trajectories)
     assert result.total == ROLLOUTS and len(ids) == ROLLOUTS, (result, len(ids))
@@ -226,8 +239,13 @@ async def check_batch(fleet: Fleet, result: BatchResult, partitioned_at: datetim
     cut_off = fleet.nodes.node_id(0)
     placements = {t.rollout_id: (t.recoveries, await init_nodes(fleet.client, t.rollout_id)) for t in trajectories}
     moved = sum(len(nodes) > 1 and nodes[0] == cut_off and cut_off not in nodes[1:] for _, nodes in placements.values())
+    init_retried = sum(
+        bool(nodes) and cut_off not in nodes
+        for rollout, (_, nodes) in placements.items()
+        if rollout in freed_by_cut_off
+    )
     (fleet.log.parent / "placements.json").write_text(json.dumps(placements, indent=1))
-    assert moved > 0, "no rollout of the cut-off node was re-initialised elsewhere"
+    assert moved + init_retried > 0, "no rollout of the cut-off node was re-initialised elsewhere"
     recovery = recovery_seconds(ledgers, partitioned_at)
     return {
         "completed": sum(not t.infra_failed for t in trajectories),
@@ -238,6 +256,7 @@ async def check_batch(fleet: Fleet, result: BatchResult, partitioned_at: datetim
         "in_flight_reexecutions": in_flight,
         "calls_cut_by_partition": cut,
         "rollouts_moved_off_node": moved,
+        "inits_cut_and_retried_elsewhere": init_retried,
         "rollouts_recovered": sum(bool(t.recoveries) for t in trajectories),
         "recovery_p50_s": round(statistics.median(recovery), 1) if recovery else None,
         "recovery_max_s": round(max(recovery), 1) if recovery else None,
@@ -269,9 +288,9 @@ async def test_a_node_partitioned_for_60s_mid_batch(fleet: Fleet) -> None:
     drained = await wait_no_servers(fleet, deadline=max(healed + 60, finished + 15))
     assert live_servers_metric(fleet, 0) == 0  # what the node itself reports, over its link again
 
-    figures_ = await check_batch(fleet, result, partitioned_at)
     freed = [e for e in node_log(fleet, 0) if "moved to other nodes" in str(e.get("event", ""))]
     freed_keys = sum(len(e.get("state_keys", [])) for e in freed)
+    figures_ = await check_batch(fleet, result, partitioned_at, freed_rollouts(freed))
     assert held_at_partition == 0 or freed_keys > 0, "the healed node freed nothing of what moved"
     figures.record(
         "chaos", "partition a node for 60 s mid-batch, 100 rollouts, 3 nodes (netns)",
@@ -301,8 +320,8 @@ async def test_a_node_partitioned_for_good_fences_itself(fleet: Fleet) -> None:
     finished = time.monotonic()
     await wait_no_servers(fleet, deadline=finished + 15)
 
-    figures_ = await check_batch(fleet, result, partitioned_at)
     fence_lines = [e for e in node_log(fleet, 0) if str(e.get("event", "")).startswith("fence:")]
+    figures_ = await check_batch(fleet, result, partitioned_at, freed_rollouts(fence_lines))
     assert held_at_partition == 0 or fence_lines, "the cut-off node never fenced"
     figures.record(
         "chaos", "partition a node for good mid-batch, 100 rollouts, 3 nodes (netns)",
