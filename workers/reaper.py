@@ -65,10 +65,13 @@ PROBE_S = 5.0
 """How often the reaper checks that the server answers (at most its reaping interval)."""
 PROBE_TIMEOUT = timedelta(seconds=5)
 HISTORY_PAGE = 64
+"""Events per page when a history is read backwards to its last init_rollout."""
 MOVED_RECHECKS = 12
 """Probe rounds after contact comes back in which held states `moved` could not tell about are asked
 again (an init in flight at the cut); past that, the rollout's closing (`reap_closed`) frees them."""
-"""Events per page when a history is read backwards to its last init_rollout."""
+ROUND_TIMEOUT_S = 20.0
+"""A round of server calls (`reap_closed`, `reap_moved`) that takes longer is abandoned: a link that
+goes down mid-round leaves its calls retrying, and the probes and the fence must go on meanwhile."""
 
 
 async def workflow_closed(client: Client, workflow_id: str) -> bool | None:
@@ -256,11 +259,11 @@ async def run_reaper(
                 if contact.lost:  # back in contact: free what moved meanwhile (asking again what it cannot tell yet)
                     fenced = False
                     contact.rechecks += 1
-                    _, undecided = await reap_moved(client, env)
+                    _, undecided = await asyncio.wait_for(reap_moved(client, env), ROUND_TIMEOUT_S)
                     if not undecided or contact.rechecks >= MOVED_RECHECKS:
                         contact.lost, contact.rechecks = False, 0
                 if time.monotonic() >= next_reap:
-                    await reap_closed(client, env)
+                    await asyncio.wait_for(reap_closed(client, env), ROUND_TIMEOUT_S)
                     await asyncio.to_thread(reap_orphans, workspace_root)
             else:
                 out_for = time.monotonic() - contact.last
