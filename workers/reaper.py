@@ -227,7 +227,12 @@ class Contact:
     async def probe(self, client: Client) -> bool:
         """Ask the server something cheap; True if it answered."""
         try:
-            await client.workflow_service.get_system_info(GetSystemInfoRequest(), timeout=PROBE_TIMEOUT)
+            # Bounded here too: while the client reconnects to an unreachable host, a call can wait on
+            # the connection (a TCP connect gives up after ~2 min) past its own deadline.
+            await asyncio.wait_for(
+                client.workflow_service.get_system_info(GetSystemInfoRequest(), timeout=PROBE_TIMEOUT),
+                PROBE_TIMEOUT.total_seconds() + 1,
+            )
         except Exception:  # unreachable, timed out, refused: no contact, whatever the cause
             self.lost = True
             return False
