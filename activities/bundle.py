@@ -10,6 +10,12 @@ Design decisions:
   `MANIFEST.json` (sha256 of every file). It is built byte for byte reproducibly (sorted entries,
   fixed mtimes, owners and modes, gzip without a timestamp), so its sha256 is a content digest: the
   same env gives the same digest on every worker, which keys its storage location.
+* Env packages (gymflow.envs.packages) travel inside the bundle, the run env's own and every one
+  the run config pins (`env_packages`): `env_packages/<name>-<version>/` holds the install's record
+  (`package.json`: spec, digest, envs, datasets, policies), its `requirements.lock` (`pip freeze` of
+  its venv) and its wheel when it was not installed from an index. On a node,
+  `gymflow envs install <bundle>/env_packages/<name>-<version>` installs exactly that again, and
+  refuses code whose digest differs.
 * Nothing is ever pickled: bundles are tar/JSON/TOML, datasets JSONL, checkpoints JSON.
 * Datasets: a directory or prefix written by the dataset workflow (`manifest.json` naming the env,
   `train.jsonl`, `eval.jsonl`), or a name the env's own `load_dataset` understands. Either way every
@@ -28,6 +34,7 @@ import json
 import os
 import re
 import tarfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,9 +43,13 @@ from gymflow.activities.storage import Store, open_store
 from gymflow.envs.contract import Task
 from gymflow.envs.datagen.format import tasks_from_jsonl
 from gymflow.envs.errors import BundleError, DatasetError, StorageError
+from gymflow.envs.packages.env import PackageEnv
+from gymflow.envs.packages.store import RECORD, PackageRecord, bundled_name, find_package
 from gymflow.envs.registry import env_class, is_env_file
 from gymflow.workflows.training_schema import DatasetConfig
 
+BUNDLED_PACKAGES = "env_packages"
+"""The bundle's directory of env packages."""
 DATA_SUFFIXES = {".py", ".yaml", ".yml", ".json", ".jsonl", ".txt", ".md", ".toml", ".csv"}
 _REQUIREMENT_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
@@ -127,11 +138,48 @@ def env_files(env: str) -> tuple[str, dict[str, bytes]]:
     return distributions[0], _package_files(Path(locations[0]), top)
 
 
-def build_bundle(env: str) -> Bundle:
-    """The env as a reproducible sdist (see the module docstring)."""
-    distribution, files = env_files(env)
-    version = _version(distribution)
-    requirements = pinned_requirements(distribution)
+def env_package_files(records: Sequence[PackageRecord]) -> dict[str, bytes]:
+    """`env_packages/<name>-<version>/` of each install: its record, lock and wheel (see the docstring)."""
+    files: dict[str, bytes] = {}
+    for record in records:
+        prefix = f"{BUNDLED_PACKAGES}/{bundled_name(record)}"
+        files[f"{prefix}/{RECORD}"] = record.model_dump_json(indent=1).encode()
+        files[f"{prefix}/requirements.lock"] = "".join(f"{line}\n" for line in record.lock).encode()
+        for wheel in sorted((record.directory / "dist").glob("*.whl")):
+            files[f"{prefix}/{wheel.name}"] = wheel.read_bytes()
+    return files
+
+
+def bundled_records(env: str, pins: Mapping[str, str] | None) -> list[PackageRecord]:
+    """The env packages a bundle of `env` carries: the env's own (if it is one) and each pinned one.
+
+    Raises:
+        BundleError: A pinned version is not installed here.
+    """
+    cls = env_class(env)
+    records = [cls.record] if issubclass(cls, PackageEnv) else []
+    for name, wanted in (pins or {}).items():
+        found = find_package(name, wanted.removeprefix("==").strip())
+        if not found:
+            raise BundleError(f"env_packages: {name} {wanted} is not installed here")
+        if found[-1].id not in {r.id for r in records}:
+            records.append(found[-1])
+    return records
+
+
+def build_bundle(env: str, env_packages: Mapping[str, str] | None = None) -> Bundle:
+    """The env as a reproducible sdist, with the env packages it needs (see the module docstring)."""
+    records = bundled_records(env, env_packages)
+    cls = env_class(env)
+    if cls.package is not None:  # the env's code is its package's wheel, under env_packages/
+        distribution, version = cls.package.name, cls.package.version
+        files: dict[str, bytes] = {}
+        requirements: list[str] = []
+    else:
+        distribution, files = env_files(env)
+        version = _version(distribution)
+        requirements = pinned_requirements(distribution)
+    files.update(env_package_files(records))
     slug = re.sub(r"[^a-z0-9]+", "_", Path(env).stem.lower()).strip("_") or "env"
     name = f"gymflow_env_{slug}"
     top_packages = sorted({p.split("/")[0] for p in files if p.endswith(".py") and not p.startswith("env/")})

@@ -35,6 +35,7 @@ from gymflow.activities.context_cache import ContextCache
 from gymflow.activities.heartbeat import heartbeating, third_of_timeout
 from gymflow.envs.contract import (
     BaseEnv,
+    EnvPackageRef,
     Message,
     Reward,
     Task,
@@ -47,6 +48,7 @@ from gymflow.envs.contract import (
     json_bytes,
 )
 from gymflow.envs.errors import EnvFileError, InfraError, RolloutNotFound, ToolError, UnknownEnvError
+from gymflow.envs.harness.env import HarnessInfo, ProgramEnv
 from gymflow.envs.registry import env_class, storage_name
 from gymflow.envs.rewards.rubric import Rubric
 from gymflow.workers.admission import Admission, Step
@@ -90,6 +92,14 @@ class RolloutHandle(Wire):
     sandbox: str | None = None
     """The env's `isolation_record`: set when model code runs under a sandbox the operator opted
     out of; the workflow copies it onto the trajectory."""
+    env_package: EnvPackageRef | None = None
+    """The env package whose code runs the rollout (`BaseEnv.package`); copied onto the trajectory."""
+    env_turns: bool = False
+    """The env answers final answers (`BaseEnv.env_turns`): the workflow asks `env_response` for the
+    next user message instead of ending the rollout. Handles recorded before it existed say False."""
+    harness: HarnessInfo | None = None
+    """Set for a harness env (gymflow.envs.harness): an agent program plays the rollout, its model calls
+    coming through the gateway (gymflow.workflows.harness) instead of the workflow's agent loop."""
 
 
 class CallToolInput(Wire):
@@ -122,6 +132,24 @@ class GroupRewardInput(Wire):
     """The conversations; None when too large to carry inline: the activity then reads them from
     the results of the rollout workflows, whose ids are `rollout_ids`."""
     tasks: list[Task]
+
+
+class EnvResponseInput(Wire):
+    compact_json = True
+
+    env: str
+    state_key: str
+    messages: list[Message]
+    """The conversation so far, ending with the model's final answer."""
+
+
+class EnvResponse(Wire):
+    """The env's answer to a final answer: user messages to go on with, or the end of the episode."""
+
+    compact_json = True
+
+    messages: list[Message] = Field(default_factory=list)
+    done: bool = False
 
 
 class ReleaseInput(Wire):
@@ -222,6 +250,7 @@ class EnvActivities:
             opening = input.task.opening_messages()
             filled = [m.model_copy(update={"content": fill_placeholders(m.content, values)}) for m in opening]
             rubric = env.rubric(input.task)
+            harness = env.harness_info(key) if isinstance(env, ProgramEnv) else None
         except InfraError as exc:
             await env.release_rollout(key)
             raise ApplicationError(f"init of {input.env} failed: {exc}", type=errors.ENV_ERROR) from exc
@@ -242,6 +271,9 @@ class EnvActivities:
             payload_limit_bytes=self.payload_limit_bytes,
             opening_messages=filled if filled != opening else None,
             sandbox=env.isolation_record(),
+            env_package=env.package,
+            env_turns=env.env_turns,
+            harness=harness,
         )
 
     @activity.defn(name="call_tool")
@@ -309,6 +341,27 @@ class EnvActivities:
         if input.release:
             await self._release_after_reward(input.env, input.state_key)
         return reward
+
+    @activity.defn(name="env_response")
+    async def env_response(self, input: EnvResponseInput) -> EnvResponse:
+        """The env's answer to the model's final answer (`BaseEnv.env_turns` envs)."""
+        log_context(input.env, state_key=input.state_key)
+        env = self.env(input.env)
+        try:
+            reply = await _with_heartbeat(env.env_response(input.state_key, input.messages))
+        except RolloutNotFound as exc:
+            raise errors.non_retryable(str(exc), type=errors.ROLLOUT_NOT_FOUND) from exc
+        except InfraError as exc:
+            raise errors.non_retryable(str(exc), type=errors.ENV_ERROR) from exc
+        if reply is None:
+            return EnvResponse(done=True)
+        if not reply or any(m.role != "user" for m in reply):
+            raise errors.non_retryable(
+                f"{input.env}.env_response must answer user messages or None, got roles "
+                f"{[m.role for m in reply] or 'none'}",
+                type=errors.ENV_ERROR,
+            )
+        return EnvResponse(messages=[within_message_limit(m, self.payload_limit_bytes) for m in reply])
 
     async def _admitted(self, env: BaseEnv, step: Step, work: Callable[[], Awaitable[T]]) -> T:
         """`work()`, started once the node admits it when `env` is CPU-bound (at once otherwise)."""
@@ -389,6 +442,14 @@ async def _with_heartbeat(awaitable: Awaitable[T]) -> T:
     """Await while heartbeating, so a dead worker is noticed within the heartbeat timeout
     while a slow but live tool keeps its activity open."""
     return await heartbeating(awaitable, third_of_timeout(0.5, default_s=10.0))
+
+
+def within_message_limit(message: Message, payload_limit: int | None) -> Message:
+    """An env's user message cut, like a tool result, to a share of the payload limit (if any)."""
+    if payload_limit is None:
+        return message
+    cut = within_payload_limit(ToolResult(text=message.content), payload_limit)
+    return message if cut.text == message.content else message.model_copy(update={"content": cut.text})
 
 
 def _bounded(result: ToolResult, limit: int) -> ToolResult:

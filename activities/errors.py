@@ -48,6 +48,9 @@ INVALID_INPUT = "InvalidInput"
 """Non-retryable: workflow or activity input failed validation; the message names the field."""
 SESSION_ENDED = "SessionEnded"
 """An update reached a trainer-driven session whose episode is already over (gymflow.workflows.session)."""
+CALL_REFUSED = "ModelCallRefused"
+"""A harness rollout refused a program's model call: a budget is spent or the rollout is ending
+(gymflow.workflows.harness); the gateway answers it as the program's API answers a bad request."""
 
 # Storage
 STORAGE_ERROR = "StorageError"

@@ -158,6 +158,23 @@ class ModelActivities:
         """Close the owned HTTP client (a client passed in is left to its owner)."""
         await self._endpoint.aclose()
 
+    @property
+    def default_model(self) -> str:
+        """The model name used when `ModelConfig.model` is empty."""
+        return self._default_model
+
+    @property
+    def payload_limit_bytes(self) -> int | None:
+        """The largest reply the deployment's history takes inline (None: no limit)."""
+        return self._payload_limit_bytes
+
+    async def complete(self, config: ModelConfig, body: dict[str, Any]) -> dict[str, Any]:
+        """One chat completion of `body` at `config`'s endpoint (the worker's default when it names
+        none), with this worker's key and error mapping (`ChatEndpoint.complete`)."""
+        return await self._endpoint.complete(
+            config.base_url or self._default_base_url, body, timeout_s=config.request_timeout_s
+        )
+
     @activity.defn(name="generate")
     async def generate(self, input: GenerateInput) -> GenerateResult:
         """Ask the model for the next assistant message.

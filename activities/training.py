@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -67,6 +68,13 @@ class BundleInfo(Wire):
     filename: str
     requirements: list[str]
     files: int
+
+
+class BundleRequest(Wire):
+    """What `bundle_env` bundles: the run's env and the env packages its config pins."""
+
+    env: str
+    env_packages: dict[str, str] = Field(default_factory=dict)
 
 
 class UploadInput(Wire):
@@ -217,10 +225,14 @@ class TrainingActivities:
         return urls
 
     @activity.defn(name="bundle_env")
-    async def bundle(self, env: str) -> BundleInfo:
-        """Build the env's sdist (see gymflow.activities.bundle) and keep it in this host's bundle cache."""
+    async def bundle(self, request: str | BundleRequest) -> BundleInfo:
+        """Build the env's sdist (see gymflow.activities.bundle) and keep it in this host's bundle cache.
+
+        `request`: the env's name (runs that pin no env packages, and histories from before pins), or
+        the env with the env packages the run pins."""
+        env, pins = (request, {}) if isinstance(request, str) else (request.env, request.env_packages)
         try:
-            bundle = await asyncio.to_thread(build_bundle, env)
+            bundle = await asyncio.to_thread(build_bundle, env, pins)
         except (BundleError, OSError) as exc:
             raise _fail(f"env: cannot bundle {env}: {exc}") from exc
         await asyncio.to_thread(self._cache, bundle)
@@ -246,7 +258,11 @@ class TrainingActivities:
         """Upload the bundle, the dataset splits and the trainer spec; returns their URIs and digests."""
         config, info = input.config, input.bundle
         cached = self.data_dir / "bundles" / info.digest / info.filename
-        data = cached.read_bytes() if cached.is_file() else (await asyncio.to_thread(build_bundle, config.env)).data
+        data = (
+            cached.read_bytes()
+            if cached.is_file()
+            else (await asyncio.to_thread(build_bundle, config.env, config.env_packages)).data
+        )
         if sha256(data) != info.digest:  # another host built it differently: its environment differs
             raise _fail(f"env: the bundle built here has digest {sha256(data)}, not {info.digest}", errors.ENV_ERROR)
         store = self._store(config.storage)

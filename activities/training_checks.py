@@ -2,7 +2,8 @@
 
 Shared by the `validate_training_run` activity (gymflow.activities.training) and `gymflow train
 launch` (gymflow.workers.sdk.training), which refuses a bad config naming every field at fault. The
-env and its baseline policies must exist, the trainer's workdir and program (local) or its SkyPilot
+env and its baseline policies must exist, the env packages it pins must be installed (each
+problem names the install command), the trainer's workdir and program (local) or its SkyPilot
 task (parsed by the real skypilot, resources included) must be usable, and a local run must fit
 the machine.
 """
@@ -17,6 +18,7 @@ from typing import Any
 from gymflow.deploy import training as backends
 from gymflow.envs.contract import BaseEnv
 from gymflow.envs.errors import EnvFileError, UnknownEnvError
+from gymflow.envs.packages.store import check_pins, normalise
 from gymflow.envs.registry import env_class
 from gymflow.workflows.training_schema import RunConfig
 
@@ -29,12 +31,22 @@ def check_config(config: RunConfig, *, require_skypilot: bool = True) -> list[st
     included; without skypilot installed that is a problem unless `require_skypilot` is False
     (`--dryrun` only prints the task).
     """
-    problems = []
+    problems = check_pins(config.env_packages)  # each names the command that installs it
     cls: type[BaseEnv] | None = None
     try:
         cls = env_class(config.env)
     except (UnknownEnvError, EnvFileError) as exc:
         problems.append(f"env: {exc}")  # its policies cannot be checked; everything else still is
+    if cls is not None and cls.package is not None:
+        package = cls.package
+        pinned = {normalise(k): v.removeprefix("==").strip() for k, v in config.env_packages.items()}.get(
+            normalise(package.name)
+        )
+        if pinned is not None and pinned != package.version:
+            problems.append(
+                f"env: {config.env} runs {package.name} {package.version}, but env_packages pins {pinned}: "
+                f"name the env {package.env}@{pinned}"
+            )
     for field, ref in (("baseline", config.baseline), ("validation.smoke_policy", config.validation.smoke_policy)):
         if cls is not None and ref is not None and ref.policy is not None:
             try:

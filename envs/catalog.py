@@ -60,7 +60,8 @@ class EnvInfo(BaseModel):
     target: str = ""
     """`module:Class`, or the env file's path."""
     source: str = ""
-    """`built-in`, `registered` (this process or an entry point) or `env file`."""
+    """`built-in`, `registered` (this process or an entry point), `env file`, or `env package NAME
+    VERSION, KIND, digest ...` (gymflow.envs.packages)."""
     description: str = ""
     """The first line of the env's docstring."""
     doc: str = ""
@@ -121,8 +122,8 @@ async def _describe(
     doc = _own_doc(cls)
     info = EnvInfo(
         name=name,
-        target=name if is_env_file(name) else f"{cls.__module__}:{cls.__qualname__}",
-        source="env file" if is_env_file(name) else "built-in" if name in BUILTIN else "registered",
+        target=name if is_env_file(name) else getattr(cls, "origin", None) or f"{cls.__module__}:{cls.__qualname__}",
+        source=_source(name, cls),
         description=doc.splitlines()[0] if doc else "",
         doc=doc,
         policies=_policies(cls),
@@ -137,6 +138,13 @@ async def _describe(
     info.tools, info.tools_declared, info.tools_error = tools
     info.tasks, info.dataset_error = tasks
     return info
+
+
+def _source(name: str, cls: type[BaseEnv]) -> str:
+    if cls.package is not None:  # an env package in its own venv (gymflow.envs.packages)
+        ref = cls.package
+        return f"env package {ref.name} {ref.version}, {ref.kind}, digest {ref.digest[:12]}"
+    return "env file" if is_env_file(name) else "built-in" if name in BUILTIN else "registered"
 
 
 def _own_doc(cls: type[BaseEnv]) -> str:
@@ -175,6 +183,9 @@ async def _tools(
     name: str, cls: type[BaseEnv], timeout_s: float, shared: dict[str, asyncio.Future[Listing]]
 ) -> Listing:
     """The declared names if any, else what a started instance lists (once per set of servers)."""
+    recorded = getattr(cls, "recorded_tools", None)
+    if callable(recorded):  # what an env package's install listed (gymflow.envs.packages.env)
+        return list(recorded()), False, None
     declared = getattr(cls, "declared_tools", None)
     names = declared() if callable(declared) else None
     if names is not None:

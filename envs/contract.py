@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from gymflow.envs.wire.models import (
+    EnvPackageRef,
     Message,
+    ProgramRun,
     Reward,
     Role,
     Task,
@@ -49,7 +51,9 @@ if TYPE_CHECKING:  # gymflow.envs.rewards.rubric imports this module
 
 __all__ = [  # the contract, and the wire types (gymflow.envs.wire.models) env code speaks, in one place
     "BaseEnv",
+    "EnvPackageRef",
     "Message",
+    "ProgramRun",
     "Reward",
     "Role",
     "Task",
@@ -104,6 +108,13 @@ class BaseEnv(ABC):
     """Scripted policies that play this env without a model, name -> `module:Class` (or the class):
     `--policy NAME` and `gymflow policy serve ENV --policy NAME` run them. The first is the default;
     `null` is always there (gymflow.envs.policy)."""
+    env_turns: ClassVar[bool] = False
+    """True: the env answers the model's final answers (a user simulator, a game): when the model
+    replies without a tool call, `env_response` gives the next user message(s) and the rollout goes
+    on, until it answers None. Fused turns are off for such envs."""
+    package: ClassVar[EnvPackageRef | None] = None
+    """The env package this env's code comes from (gymflow.envs.packages), recorded on every
+    trajectory; None for envs of this installation."""
     cpu_bound: ClassVar[bool] = False
     """True when tool calls and rewards are CPU-heavy work on the worker's machine (sandboxed code,
     formula recalculation): a worker then admits only as many at once as its cores can run and
@@ -147,6 +158,12 @@ class BaseEnv(ABC):
         """Score rollouts jointly (ranking, diversity); one dict per rollout, {} for none."""
         del completions, ground_truths, kwargs
         return [{} for _ in rollout_ids]
+
+    async def env_response(self, rollout_id: str, messages: list[Message]) -> list[Message] | None:
+        """The env's answer to a final answer (`env_turns` envs): the next user message(s), or
+        None when the episode is over. `messages` is the conversation so far (system prompt first)."""
+        del rollout_id, messages
+        return None
 
     # -- prompt ------------------------------------------------------------------------------
     async def get_system_prompt(self, task: Task | None = None) -> str:

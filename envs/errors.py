@@ -189,6 +189,17 @@ class BundleError(ValueError):
     """The env cannot be bundled (its files cannot be found)."""
 
 
+# Env packages and the OpenEnv-protocol exporter (gymflow.envs.packages, gymflow.workers.servers.openenv).
+
+
+class PackageError(UserError, ValueError):
+    """An env package is missing, ambiguous, or cannot be installed; the message says what to do."""
+
+
+class ExporterError(Exception):
+    """A request the OpenEnv-protocol exporter refuses (an unknown task, a step without an episode)."""
+
+
 # Processes: the CLI, the worker, the servers, the SDK (gymflow.workers).
 
 

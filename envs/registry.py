@@ -68,8 +68,10 @@ def _targets() -> dict[str, str]:
 
 
 def available() -> list[str]:
-    """Names of every env that can be loaded."""
-    return sorted(_targets())
+    """Names of every env that can be loaded (installed env packages' included, gymflow.envs.packages)."""
+    from gymflow.envs.packages.env import installed_env_names
+
+    return sorted({*_targets(), *installed_env_names()})
 
 
 def env_class(name: str) -> type[BaseEnv]:
@@ -87,6 +89,11 @@ def env_class(name: str) -> type[BaseEnv]:
         return env_class_from_file(Path(name))
     target = _targets().get(name)
     if target is None:
+        from gymflow.envs.packages.env import installed_env_class  # env packages, in venvs of their own
+
+        packaged = installed_env_class(name)
+        if packaged is not None:
+            return packaged
         raise UnknownEnvError(f"unknown env {name!r}; available: {', '.join(available())}")
     module_name, _, attr = target.partition(":")
     cls = getattr(importlib.import_module(module_name), attr)

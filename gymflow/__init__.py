@@ -30,6 +30,8 @@ _EXPORTS: dict[str, str] = {
     "Trajectory": "gymflow.envs.contract",
     "TerminationReason": "gymflow.envs.contract",
     "McpEnv": "gymflow.envs.mcp.env",
+    "Harness": "gymflow.envs.harness.env",
+    "HarnessEnv": "gymflow.envs.harness.env",
     "Policy": "gymflow.envs.policy",
     "register": "gymflow.envs.registry",
     "env_class": "gymflow.envs.registry",
@@ -50,6 +52,7 @@ _EXPORTS: dict[str, str] = {
     "iterate_groups": "gymflow.workers.sdk.client",
     "rollout_groups": "gymflow.workers.sdk.groups",
     "Session": "gymflow.workers.sdk.sessions",
+    "run": "gymflow.workers.sdk.scripts",
     # evaluations, datasets, training runs
     "EvalOptions": "gymflow.workers.sdk.evals",
     "run_eval": "gymflow.workers.sdk.evals",
@@ -68,6 +71,8 @@ __all__ = [
     "EvalOptions",
     "GenerateOptions",
     "GroupResult",
+    "Harness",
+    "HarnessEnv",
     "InfraError",
     "McpEnv",
     "Message",
@@ -95,6 +100,7 @@ __all__ = [
     "load_run_config",
     "register",
     "rollout_groups",
+    "run",
     "run_eval",
     "run_generate",
     "run_rollout",
@@ -132,6 +138,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         Trajectory,
     )
     from gymflow.envs.errors import InfraError, ToolError, UserError
+    from gymflow.envs.harness.env import Harness, HarnessEnv
     from gymflow.envs.mcp.env import McpEnv
     from gymflow.envs.policy import Policy
     from gymflow.envs.registry import env_class, register
@@ -141,6 +148,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from gymflow.workers.sdk.datasets import GenerateOptions, run_generate
     from gymflow.workers.sdk.evals import EvalOptions, run_eval
     from gymflow.workers.sdk.groups import rollout_groups
+    from gymflow.workers.sdk.scripts import run
     from gymflow.workers.sdk.sessions import Session
     from gymflow.workers.sdk.training import load_run_config
     from gymflow.workers.worker import running_worker

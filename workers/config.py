@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     """This worker's node id; its private queue is `<task_queue>@<node_id>`."""
     data_dir: Path = Path(".gymflow")
     """Server database, logs and local results."""
+    env_packages_dir: Path | None = None
+    """Where env packages live (`gymflow envs install`, gymflow.envs.packages.store; every process of a
+    node reads this variable, GYMFLOW_ENV_PACKAGES_DIR). None: `<data_dir>/env-packages`."""
     workspace_root: Path = Field(default_factory=lambda: Path(tempfile.gettempdir()) / "gymflow-workspaces")
     """Parent of per-rollout workspaces on this node."""
     model_url: str | None = None
@@ -75,6 +78,11 @@ class Settings(BaseSettings):
     """Default model name sent to that endpoint."""
     model_api_key: SecretStr | None = None
     """API key for the model endpoint. Read by the worker only; never put in workflow input."""
+    gateway_host: str = "127.0.0.1"
+    """Interface of this node's model gateway, which harness rollouts' agent programs call
+    (gymflow.workers.servers.gateway); programs run on the node, so loopback by default."""
+    gateway_port: int = Field(default=0, ge=0, le=65535)
+    """Port of the model gateway; 0 picks a free one."""
     judge_url: str | None = None
     """Default OpenAI-compatible endpoint (…/v1) of the LLM judge for rubric rewards."""
     judge_model: str = ""

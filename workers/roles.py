@@ -4,8 +4,9 @@
   `BatchRolloutWorkflow`, `RolloutSessionWorkflow`) and what they run on the shared queue (model
   turns, rollout initialisation, group rewards, task loading, results, batch reports); the node
   queue with the env activities of the rollouts this node holds (tools, rewards, release, fused
-  turns); the node's admission control, the reaper (and its fence for a node cut off from its
-  server), gymflow's metrics (gymflow.workers.metrics) and the guard against stale tasks
+  turns, harness programs); the node's admission control, the reaper (and its fence for a node cut
+  off from its server), the model gateway through which harness rollouts' agent programs call
+  models, gymflow's metrics (gymflow.workers.metrics) and the guard against stale tasks
   (gymflow.workers.fencing).
 * ``judge``: the LLM-judge activity on the judge queue, under the deployment-wide rate limit.
 * ``dataset``: `DatasetGenerationWorkflow` and its activities, on the dataset queue.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +41,7 @@ from gymflow.workflows import names
 if TYPE_CHECKING:
     from gymflow.activities.env import EnvActivities
     from gymflow.activities.model import ModelActivities
+    from gymflow.workers.servers.gateway import Gateway
 
 COMMAND_ROLES: Mapping[str, tuple[WorkerRole, ...]] = {
     "rollout": ("rollout", "judge"),
@@ -51,7 +54,7 @@ COMMAND_ROLES: Mapping[str, tuple[WorkerRole, ...]] = {
 so only once it starts), so rollouts come with the judge; dataset generation calls its model and
 judge endpoints itself and runs no rollouts; a training run evaluates its checkpoints in rollouts."""
 
-DEDUPLICATED = ("call_tool", "compute_reward")
+DEDUPLICATED = ("call_tool", "compute_reward", "env_response")
 """Node activities answered from the node's record when retried after completing (gymflow.workers.dedup)."""
 
 
@@ -75,12 +78,17 @@ class Served:
     queues: list[Queue]
     background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
     """Started when the worker starts, cancelled when it stops (before `close`)."""
+    servers: list[AbstractAsyncContextManager[Any]] = field(default_factory=list)
+    """Entered before the queues' workers start (their activities may need them up), exited after
+    those workers stopped."""
     close: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     """Run after the queues' workers have stopped, in order."""
     env: EnvActivities | None = None
     """The rollout role's env activities (for tests and the demo)."""
     model: ModelActivities | None = None
     """The rollout role's model activities."""
+    gateway: Gateway | None = None
+    """The rollout role's model gateway."""
 
 
 @dataclass(frozen=True)
@@ -135,8 +143,11 @@ def all_workflows() -> list[type]:
 
 
 def rollout(context: Context) -> Served:
-    """The shared queue's rollout workflows and activities, this node's queue, admission and the reaper."""
+    """The shared queue's rollout workflows and activities, this node's queue, admission, the reaper and
+    the model gateway."""
     from gymflow.activities.env import EnvActivities
+    from gymflow.activities.gateway import GatewayActivities
+    from gymflow.activities.harness import HarnessActivities
     from gymflow.activities.model import ModelActivities
     from gymflow.activities.report import ReportActivities
     from gymflow.activities.storage import StorageActivities
@@ -148,6 +159,7 @@ def rollout(context: Context) -> Served:
     from gymflow.workers.fencing import StaleTaskGuard
     from gymflow.workers.metrics import GymflowMetrics, MetricsInterceptor, NodeSampler
     from gymflow.workers.reaper import run_reaper
+    from gymflow.workers.servers.gateway import Gateway
 
     settings = context.settings
     queue = names.node_queue(settings.task_queue, settings.node_id)
@@ -183,11 +195,14 @@ def rollout(context: Context) -> Served:
         default_uri=settings.results_uri, s3_endpoint_url=settings.s3_endpoint_url, admission=admission
     )
     reports = ReportActivities(storage, ui_base=settings.ui_url)
+    # The node's model gateway: harness rollouts' agent programs call models through it (gymflow.workflows.harness).
+    gateway = Gateway(context.client, host=settings.gateway_host, port=settings.gateway_port)
     shared = Queue(
         settings.task_queue,
         workflows=rollout_workflows(),
         activities=[
             model.generate,
+            GatewayActivities(model).model_call,
             env.init_rollout,
             env.compute_group_reward,
             storage.write_jsonl,
@@ -198,7 +213,14 @@ def rollout(context: Context) -> Served:
     )
     node = Queue(
         queue,
-        activities=[env.call_tool, env.compute_reward, env.release_rollout, TurnActivities(model, env).play_turn],
+        activities=[
+            env.call_tool,
+            env.compute_reward,
+            env.release_rollout,
+            env.env_response,
+            TurnActivities(model, env).play_turn,
+            HarnessActivities(env, gateway).run_program,
+        ],
         # A retried attempt whose first attempt completed here (its report was lost) must not re-run the tool.
         # Fused turns are left out: only stateless envs fuse, so running one again is harmless, and
         # remembering them would keep every turn's reply (token ids and logprobs included) in memory.
@@ -226,9 +248,11 @@ def rollout(context: Context) -> Served:
         "rollout",
         [shared, node],
         background=[reaper, sampling],
+        servers=[gateway],
         close=[env.shutdown, runtimes.close, model.aclose],
         env=env,
         model=model,
+        gateway=gateway,
     )
 
 

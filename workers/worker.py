@@ -35,6 +35,7 @@ from gymflow.workflows.names import node_queue
 if TYPE_CHECKING:
     from gymflow.activities.env import EnvActivities
     from gymflow.activities.model import ModelActivities
+    from gymflow.workers.servers.gateway import Gateway
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,11 @@ class RunningWorker:
         """The rollout role's model activities."""
         return self._rollout().model  # type: ignore[return-value]
 
+    @property
+    def gateway(self) -> Gateway:
+        """The rollout role's model gateway."""
+        return self._rollout().gateway  # type: ignore[return-value]
+
     def _rollout(self) -> Served:
         for part in self.served:
             if part.role == "rollout":
@@ -146,6 +152,9 @@ async def running_worker(
             for part in served:
                 for run in part.background:
                     stack.push_async_callback(_cancel, asyncio.create_task(run()))
+            for part in served:  # up before any activity that needs one runs, down after the workers stop
+                for server in part.servers:
+                    await stack.enter_async_context(server)
             workers = [
                 Worker(
                     client,

@@ -297,7 +297,9 @@ class BatchRolloutWorkflow:
         """The next rollout to start, or None when the tasks are exhausted."""
         input = self._input
         index = self._state.next_index
-        task_index, sample = divmod(index, input.samples_per_task)
+        envs = [input.env, *input.also_envs]
+        task_index, rest = divmod(index, input.samples_per_task * len(envs))
+        env_index, sample = divmod(rest, input.samples_per_task)
         if input.num_tasks is not None and task_index >= input.num_tasks:
             self._state.exhausted = True
             return None
@@ -310,7 +312,7 @@ class BatchRolloutWorkflow:
         model = options.model
         if model.seed is not None:
             model = model.model_copy(update={"seed": model.seed + sample})
-        return options.rollout(input.env, task, batch_id=self._batch_id, model=model)
+        return options.rollout(envs[env_index], task, batch_id=self._batch_id, model=model)
 
     async def _task(self, task_index: int) -> Task | None:
         input = self._input
@@ -347,6 +349,8 @@ class BatchRolloutWorkflow:
             state.scored += 1
             state.reward_sum += trajectory.reward.total
         state.infra_failed += trajectory.infra_failed
+        if trajectory.env_package is not None and trajectory.env_package not in state.env_packages:
+            state.env_packages.append(trajectory.env_package)
         # Bytes, as the converter writes them (characters undercounted non-ASCII text 2-4x).
         size = json_bytes(trajectory) if self._part_bytes else len(trajectory.model_dump_json())
         if self._buffer and self._buffer_bytes + size > self._input.flush_bytes:
@@ -379,4 +383,5 @@ class BatchRolloutWorkflow:
             mean_reward=state.reward_sum / state.scored if state.scored else None,
             parts=state.parts,
             runs=state.runs,
+            env_packages=state.env_packages,
         )

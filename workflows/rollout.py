@@ -45,6 +45,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from gymflow.activities import errors
     from gymflow.activities.env import RolloutHandle
+    from gymflow.activities.gateway import MODEL_CALL_UPDATE, GatewayAnswer, GatewayCall
     from gymflow.activities.model import GenerateInput, GenerateResult, ModelActivities
     from gymflow.activities.turn import PlayTurnResult
     from gymflow.envs.contract import Message, Reward, TerminationReason, Trajectory, Usage
@@ -54,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from gymflow.workflows.activity_calls import describe, error_type, execute
     from gymflow.workflows.budget import TrajectoryBudget
     from gymflow.workflows.fused_turns import FusedTurns
+    from gymflow.workflows.harness import HarnessRun
     from gymflow.workflows.judging import JudgeConfig
     from gymflow.workflows.rollout_env import RolloutEnv
     from gymflow.workflows.rollout_env import Stop as _Stop
@@ -90,6 +92,8 @@ class RolloutWorkflow:
         """Turns are `play_turn` activities on the rollout's node (decided once the env is up)."""
         self._fused_reward: Reward | None = None
         """The reward a fused final turn computed (the rollout's state is then freed)."""
+        self._harness: HarnessRun | None = None
+        """Set when an agent program plays the rollout (a harness env, gymflow.workflows.harness)."""
 
     @workflow.query
     def progress(self) -> dict[str, int]:
@@ -148,9 +152,13 @@ class RolloutWorkflow:
                         non_retryable=True,
                     )
                 # No patch: the recorded handle decides. Handles recorded before fused turns existed
-                # carry no `fused_turns` (False), so those histories replay on the classic plan.
-                self._fused = self._wants_fused(handle)
-                reason = await self._agent_loop()
+                # carry no `fused_turns` (False), so those histories replay on the classic plan; nor
+                # a `harness`, which only harness envs' handles carry.
+                if handle.harness is not None:
+                    reason = await self._program(handle)
+                else:
+                    self._fused = self._wants_fused(handle)
+                    reason = await self._agent_loop()
                 with spans.span("reward"):
                     reward = self._fused_reward if self._fused_reward is not None else await env.reward(self._messages)
             except GeneratorExit:
@@ -168,7 +176,37 @@ class RolloutWorkflow:
         except BaseException as exc:  # cancelled, or failed (invalid input): the final status
             self._closing.end(exc)
             raise
-        return self._finish(stop, reward)
+        result = self._finish(stop, reward)
+        if self._harness is not None:  # model calls still being answered finish first
+            await workflow.wait_condition(workflow.all_handlers_finished)
+        return result
+
+    # -- harness rollouts: an agent program plays, its model calls arrive as updates -------------
+    async def _program(self, handle: RolloutHandle) -> TerminationReason:
+        self._harness = harness = HarnessRun(self._input, self._env_steps(), self._rollout_id)
+        try:
+            stop = await harness.run(handle)
+        finally:
+            self._messages = harness.messages(self._messages)
+            self._turns = len(harness.record)
+            self._usage = harness.usage()
+            self._tokens = harness.tokens()
+        if stop.reason.infra_failed:
+            raise stop
+        return stop.reason
+
+    @workflow.update(name=MODEL_CALL_UPDATE)
+    async def model_call(self, call: GatewayCall) -> GatewayAnswer:
+        """One model call of the rollout's agent program (sent by the node's gateway)."""
+        if self._harness is None:
+            raise ApplicationError("this rollout runs no agent program", type=errors.CALL_REFUSED, non_retryable=True)
+        return await self._harness.answer(call)
+
+    @model_call.validator
+    def _validate_model_call(self, call: GatewayCall) -> None:
+        problem = "this rollout runs no agent program" if self._harness is None else self._harness.refusal(call)
+        if problem is not None:
+            raise ValueError(problem)
 
     @staticmethod
     def _declared_plan_2() -> bool:
@@ -227,7 +265,20 @@ class RolloutWorkflow:
                     if turn is not None and turn.reward is not None:
                         self._fused_reward = turn.reward
                         self._env_steps().handle = None  # the fused turn freed the state with the reward
-                    return TerminationReason.FINAL_ANSWER
+                        return TerminationReason.FINAL_ANSWER
+                    if not self._wants_env_turn():
+                        return TerminationReason.FINAL_ANSWER
+                    reply = await self._env_steps().respond(self._messages)
+                    if reply.done:
+                        return TerminationReason.FINAL_ANSWER
+                    self._pending_chars = 0
+                    for answer in reply.messages:
+                        said, whole = self._budget.admit(answer)
+                        self._pending_chars += len(said.content)
+                        self._messages.append(said)
+                        if not whole:
+                            return TerminationReason.CONTEXT_BUDGET
+                    continue
                 self._pending_chars = 0
                 ran = turn.results if turn else []
                 for index, call in enumerate(message.tool_calls):
@@ -281,11 +332,17 @@ class RolloutWorkflow:
 
     def _wants_fused(self, handle: RolloutHandle) -> bool:
         """Fused turns: asked for by the rollout, or by the env unless the rollout asked for local
-        model turns; for a stateless env only."""
+        model turns; for a stateless env only, and not for one that answers final answers."""
         asked = self._input.fuse_turns
         if asked is None:
             asked = handle.fused_turns and not (self._plan_2 and self._input.model.local_activity)
-        return handle.stateless and asked
+        return handle.stateless and asked and not handle.env_turns
+
+    def _wants_env_turn(self) -> bool:
+        """Whether the env answers a final answer (`RolloutHandle.env_turns`; handles recorded before
+        it existed say no, so their histories replay as they ran)."""
+        handle = self._env_steps().handle
+        return handle is not None and handle.env_turns
 
     async def _play_turn(self) -> PlayTurnResult:
         """One fused turn on the rollout's node (recovered like any env step if the node is lost)."""
@@ -347,5 +404,7 @@ class RolloutWorkflow:
             usage=self._usage,
             recoveries=self._env_steps().recoveries,
             sandbox=self._env.sandbox if self._env else None,
+            env_package=self._env.env_package if self._env else None,
             tokens=self._tokens,
+            program=self._harness.program() if self._harness is not None else None,
         )

@@ -31,12 +31,14 @@ with workflow.unsafe.imports_passed_through():
         CallToolInput,
         ComputeRewardInput,
         EnvActivities,
+        EnvResponse,
+        EnvResponseInput,
         InitRolloutInput,
         ReleaseInput,
         RolloutHandle,
     )
     from gymflow.activities.turn import named_call, refusal
-    from gymflow.envs.contract import Message, Reward, Task, TerminationReason, ToolCall, ToolResult
+    from gymflow.envs.contract import EnvPackageRef, Message, Reward, Task, TerminationReason, ToolCall, ToolResult
     from gymflow.workflows.activity_calls import describe, error_type, execute, node_lost, timed_out
     from gymflow.workflows.schema import MAX_TIMEOUT_S, RetrySettings, RolloutLimits
 
@@ -104,6 +106,8 @@ class RolloutEnv:
         self.recoveries = 0
         self.sandbox: str | None = None
         """The sandbox opt-out any incarnation's env reported (`RolloutHandle.sandbox`), for the trajectory."""
+        self.env_package: EnvPackageRef | None = None
+        """The env package the first incarnation ran (`RolloutHandle.env_package`), for the trajectory."""
         self.executed: list[tuple[ToolCall, ToolResult]] = []
         """Successful tool calls and their results, in order: what a replay re-runs and checks."""
         self.deadline: datetime | None = None
@@ -169,6 +173,7 @@ class RolloutEnv:
                 raise Stop(TerminationReason.ENV_UNAVAILABLE, describe(exc)) from exc
             raise Stop(TerminationReason.ENV_ERROR, describe(exc)) from exc
         self.sandbox = self.sandbox or handle.sandbox
+        self.env_package = self.env_package or handle.env_package
         return handle
 
     async def release(self) -> None:
@@ -253,6 +258,24 @@ class RolloutEnv:
             heartbeat_timeout=ENV_HEARTBEAT,
             retry_policy=self.env_retry(),
             summary=("replay " if replay else "") + named_call(call, handle.tools),
+        )
+
+    # -- env turns ---------------------------------------------------------------------------
+    async def respond(self, messages: list[Message]) -> EnvResponse:
+        """The env's answer to the model's final answer (`RolloutHandle.env_turns` envs), on the
+        rollout's node (recovering it if the node is lost)."""
+        return await self.on_node(lambda handle: self._respond(handle, messages))
+
+    async def _respond(self, handle: RolloutHandle, messages: list[Message]) -> EnvResponse:
+        return await execute(
+            EnvActivities.env_response,
+            EnvResponseInput(env=self.env, state_key=handle.state_key, messages=messages),
+            task_queue=handle.node_queue,
+            schedule_to_start_timeout=timedelta(seconds=self.retry.node_timeout_s),
+            start_to_close_timeout=timedelta(seconds=self.limits.tool_timeout_s + 30) + ADMISSION_WAIT,
+            heartbeat_timeout=ENV_HEARTBEAT,
+            retry_policy=self.env_retry(),
+            summary=f"{self.env} answers",
         )
 
     # -- reward ------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from temporalio.common import SearchAttributePair
 
 from gymflow.activities.dataset_models import DEFAULT_ENV, DatasetSource, GenerationOptions, ScanResult
 from gymflow.activities.model import ModelConfig
-from gymflow.envs.contract import Task, Trajectory, Wire
+from gymflow.envs.contract import EnvPackageRef, Task, Trajectory, Wire
 from gymflow.workflows import names, status
 from gymflow.workflows.judging import JudgeConfig
 
@@ -193,6 +193,8 @@ class BatchState(Wire):
     runs: int = 0
     """How many times the batch continued as new."""
     exhausted: bool = False
+    env_packages: list[EnvPackageRef] = Field(default_factory=list)
+    """The env packages (name, version, digest) the finished rollouts ran, each once, in order seen."""
 
 
 class BatchInput(Wire):
@@ -207,6 +209,9 @@ class BatchInput(Wire):
     num_tasks: int | None = Field(default=None, ge=1)
     """Use at most this many tasks."""
     samples_per_task: int = Field(default=1, ge=1, le=512)
+    also_envs: list[str] = Field(default_factory=list, max_length=16)
+    """Further envs that play every task too, side by side with `env` (e.g. two versions of an env
+    package, or two packages whose dependencies conflict); each rollout's trajectory names its env."""
     options: RolloutOptions = Field(default_factory=RolloutOptions)
     """Model, budgets and retries of every rollout."""
     window: int = Field(default=64, ge=1, le=1000)
@@ -252,6 +257,9 @@ class BatchResult(Wire):
     when the batch ended; None when nothing ran or the report failed (`report_error`)."""
     report_error: str | None = None
     """Why the batch has no report, if it failed to render; the batch's results are complete anyway."""
+    env_packages: list[EnvPackageRef] = Field(default_factory=list)
+    """The env packages (name, version, content digest) whose code produced the batch's rewards;
+    empty for envs of this installation."""
 
 
 # -- dataset generation (gymflow.workflows.dataset) ---------------------------------------------------

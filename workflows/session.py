@@ -210,8 +210,21 @@ class RolloutSessionWorkflow:
         try:
             if not whole:
                 reason = TerminationReason.CONTEXT_BUDGET
-            elif not message.tool_calls:
+            elif not message.tool_calls and not (env.handle is not None and env.handle.env_turns):
                 reason = TerminationReason.FINAL_ANSWER
+            elif not message.tool_calls:  # the env answers the final answer (BaseEnv.env_turns)
+                reply = await env.respond(self._messages)
+                if reply.done:
+                    reason = TerminationReason.FINAL_ANSWER
+                for answer in reply.messages:
+                    said, whole = self._budget.admit(answer)
+                    observations.append(said)
+                    self._messages.append(said)
+                    if not whole:
+                        reason = TerminationReason.CONTEXT_BUDGET
+                        break
+                if reason is None and self._turns >= self._input.limits.max_turns:
+                    reason = TerminationReason.MAX_TURNS
             else:
                 for call in message.tool_calls:
                     observation, whole = self._budget.admit(await env.observe(call))
@@ -265,5 +278,6 @@ class RolloutSessionWorkflow:
             tool_calls=self._env.tool_calls,
             recoveries=self._env.recoveries,
             sandbox=self._env.sandbox,
+            env_package=self._env.env_package,
         )
         return self._result

@@ -82,7 +82,8 @@ class StepResult(Wire):
     """What the env answered to one step."""
 
     observations: list[Message]
-    """One tool message per tool call of the step, in order (errors included)."""
+    """One tool message per tool call of the step, in order (errors included); for an env that
+    answers final answers (`BaseEnv.env_turns`), its user messages."""
     done: bool
     """The episode is over: a final answer, a budget, or an infra failure."""
     reward: Reward | None = None

@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from gymflow.activities.model import ModelConfig
     from gymflow.activities.training import (
         BundleInfo,
+        BundleRequest,
         ServicesInput,
         TrainingActivities,
         UploadInput,
@@ -37,6 +38,8 @@ with workflow.unsafe.imports_passed_through():
 QUICK = RetryPolicy(maximum_attempts=5, non_retryable_error_types=[TRAINING_CONFIG])
 SHORT = timedelta(minutes=2)
 LONG = timedelta(minutes=30)
+BUNDLE_ENV_PACKAGES = "bundle-env-packages"
+"""Patch id: a run that pins env packages asks `bundle_env` for them too (a `BundleRequest`)."""
 
 
 async def prepare(run_id: str, config: RunConfig, state: TrainingRunState) -> PreparedRun:
@@ -106,9 +109,11 @@ async def prepare(run_id: str, config: RunConfig, state: TrainingRunState) -> Pr
                 non_retryable=True,
             )
     state.phase = "bundling"
+    # Runs that pin env packages bundle them too; others (and histories from before pins) send the name.
+    pinned = bool(config.env_packages) and workflow.patched(BUNDLE_ENV_PACKAGES)
     bundle: BundleInfo = await execute(
         TrainingActivities.bundle,
-        config.env,
+        BundleRequest(env=config.env, env_packages=config.env_packages) if pinned else config.env,
         start_to_close_timeout=SHORT,
         retry_policy=QUICK,
         summary="bundle env",

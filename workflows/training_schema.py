@@ -175,6 +175,10 @@ class RunConfig(Wire):
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
     storage: str | None = None
     """Base URI of the run's files (file:///dir or s3://bucket/prefix); None: the worker's results store."""
+    env_packages: dict[str, str] = Field(default_factory=dict)
+    """Env packages the run needs, distribution name -> version (`1.2.0` or `==1.2.0`): validation
+    fails, naming the install command, when a pinned version is not installed on the worker, and
+    the run's bundle carries each of them (gymflow.envs.packages; gymflow.activities.bundle)."""
 
     @field_validator("run_id")
     @classmethod

@@ -1,7 +1,5 @@
 """GRPO groups of the math env: n samples per task, with group-relative advantages."""
 
-import asyncio
-
 import gymflow
 
 
@@ -19,4 +17,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    gymflow.run(main())  # asyncio.run, then an exit the SDK's threads cannot crash

@@ -1,7 +1,5 @@
 """One rollout from Python: the address, task queue and model URL come from GYMFLOW_* variables."""
 
-import asyncio
-
 import gymflow
 
 
@@ -17,4 +15,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    gymflow.run(main())  # asyncio.run, then an exit the SDK's threads cannot crash

@@ -59,6 +59,8 @@ class McpEnv(BaseEnv):
     """Reward functions (gymflow.envs.mcp.reward signature) the default `compute_reward` sums."""
     workspace_seed: ClassVar[ws.WorkspaceSeed | None] = None
     """Files copied into every workspace and a setup command run in it before its servers start."""
+    servers_optional: ClassVar[bool] = False
+    """An env whose rollouts may have no servers at all, only a workspace (gymflow.envs.harness)."""
     workspace_quota_mb: ClassVar[int | None] = None
     """This env's own per-rollout disk quota, over the worker's default (`default_workspace_quota_mb`)."""
     runtime: ClassVar[RuntimeConfig | Mapping[str, Any] | None] = None
@@ -94,7 +96,10 @@ class McpEnv(BaseEnv):
         self._own_runtimes: NodeRuntimes | None = None
         self.admission = admission or Admission()
         self.quota_mb: int = self.resolve_quota(workspace_quota_mb, default_workspace_quota_mb)
-        self.servers: dict[str, McpServerConfig] = parse_servers(servers if servers is not None else self.mcp_servers)
+        configured = servers if servers is not None else self.mcp_servers
+        self.servers: dict[str, McpServerConfig] = (
+            parse_servers(configured) if configured or not self.servers_optional else {}
+        )
         parsers: dict[str, dict[str, Parser]] = {
             name: {
                 tool: load_parser(spec, field=f"mcpServers.{name}.parsers.{tool}") for tool, spec in cfg.parsers.items()
@@ -179,7 +184,10 @@ class McpEnv(BaseEnv):
         """An env from a YAML/JSON env file (see gymflow.envs.mcp.envfile); raises ValueError naming a bad key."""
         from gymflow.envs.mcp.envfile import env_class_from_file
 
-        return env_class_from_file(Path(path))(**kwargs)
+        env = env_class_from_file(Path(path))(**kwargs)
+        if not isinstance(env, McpEnv):
+            raise TypeError(f"{path} describes an env played on another base (its 'base' key), not an McpEnv")
+        return env
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def init_rollout(self, rollout_id: str, **rollout_args: Any) -> None:

@@ -21,6 +21,8 @@
       limits: {memory_mb: 1024, storage_mb: 2048, pids: 256}
     policies:                         # scripted policies: `--policy NAME`, `gymflow policy serve env.yaml`
       reference: my_policy.py:MyPolicy  # module:Class or file.py:Class (a gymflow.envs.policy.Policy)
+    harness:                          # instead of (or beside) mcpServers: an agent program plays each
+      command: [python, agent.py]     # rollout, its model calls through the gateway (gymflow.envs.harness)
 
 `{workspace}` (the rollout's workspace directory) and `{rollout_id}` are filled in in the system
 prompt and the tasks' prompts, as in server `args` and `env`. Every reward function is checked
@@ -50,13 +52,14 @@ import functools
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from gymflow.envs.contract import Task, Wire
+from gymflow.envs.contract import BaseEnv, Task, Wire
 from gymflow.envs.errors import EnvFileError
+from gymflow.envs.harness.env import Harness, HarnessEnv
 from gymflow.envs.mcp.config import BUILTIN_PARSERS, WORKSPACE, parse_servers
 from gymflow.envs.mcp.env import McpEnv
 from gymflow.envs.mcp.library_reward import LibraryReward, LibraryRewardSpec
@@ -75,8 +78,14 @@ class EnvFile(Wire):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    mcp_servers: dict[str, Any] = Field(alias="mcpServers")
+    mcp_servers: dict[str, Any] = Field(default_factory=dict, alias="mcpServers")
     """Server configs, `mcpServers` format plus gymflow's per-server policy (gymflow.envs.mcp.config)."""
+    harness: Harness | None = None
+    """An agent program that plays every rollout (gymflow.envs.harness); then `mcpServers` may be empty."""
+    base: Literal["harbor"] | None = None
+    """With `harness`: the env the program plays instead of the file's own workspace. ``harbor``: each
+    rollout is a Harbor task's container (the `dataset` is a directory of tasks) and the task's verifier
+    is the reward (gymflow.envs.harness.harbor)."""
     description: str = ""
     """One line about the env, for `gymflow envs`."""
     system_prompt: str = ""
@@ -122,6 +131,17 @@ class EnvFile(Wire):
             raise ValueError("an empty list; leave 'reward' out for the default exact-match reward")
         return value
 
+    @model_validator(mode="after")
+    def _servers_or_harness(self) -> EnvFile:
+        if not self.mcp_servers and self.harness is None:
+            raise ValueError("an env file needs 'mcpServers' (tools for the model) or 'harness' (an agent program)")
+        if self.base is not None and self.harness is None:
+            raise ValueError("'base' names the env a harness program plays: it needs 'harness'")
+        if self.base is not None and (self.reward is not None or self.mcp_servers or self.workspace is not None):
+            raise ValueError(f"with 'base: {self.base}' the task's verifier is the reward and its container the "
+                             "workspace: leave out 'reward', 'mcpServers' and 'workspace'")  # fmt: skip
+        return self
+
     @field_validator("fused_turns")
     @classmethod
     def _fused_needs_stateless(cls, value: bool, info: ValidationInfo) -> bool:
@@ -150,6 +170,10 @@ class FileEnv(McpEnv):
         return load_jsonl(Path(name))
 
 
+class HarnessFileEnv(HarnessEnv, FileEnv):
+    """Base of the classes `env_class_from_file` builds from files with a `harness` key."""
+
+
 def load_env_file(path: Path) -> EnvFile:
     """Parse and validate an env file.
 
@@ -168,10 +192,11 @@ def load_env_file(path: Path) -> EnvFile:
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise EnvFileError(f"{path}: not valid {path.suffix[1:].upper()}: {exc}") from exc
     if not isinstance(data, dict):
-        raise EnvFileError(f"{path}: an env file must be a mapping with an 'mcpServers' key")
+        raise EnvFileError(f"{path}: an env file must be a mapping with an 'mcpServers' or a 'harness' key")
     try:
         config = EnvFile.model_validate(data)
-        parse_servers({"mcpServers": config.mcp_servers})
+        if config.mcp_servers:
+            parse_servers({"mcpServers": config.mcp_servers})
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors())
         raise EnvFileError(f"{path}: {problems}") from None
@@ -180,7 +205,7 @@ def load_env_file(path: Path) -> EnvFile:
     return config
 
 
-def env_class_from_file(path: Path) -> type[FileEnv]:
+def env_class_from_file(path: Path) -> type[BaseEnv]:
     """The env class an env file describes; its `name` is the path as given."""
     resolved = path.expanduser().resolve()
     try:
@@ -191,11 +216,13 @@ def env_class_from_file(path: Path) -> type[FileEnv]:
 
 
 @functools.lru_cache(maxsize=64)
-def _build(name: str, path: Path, mtime_ns: int, size: int) -> type[FileEnv]:
+def _build(name: str, path: Path, mtime_ns: int, size: int) -> type[BaseEnv]:
     # Keyed by mtime and size too: an edited file is re-read, an unchanged one is built once.
     del mtime_ns, size
     config = load_env_file(path)
     base = path.parent
+    if config.harness is not None and config.base == "harbor":
+        return _harbor_harness(name, path, config)
     try:
         reward_fns = _reward_fns(config.reward, base)
         seed = _absolute_seed(config.workspace, base)
@@ -221,7 +248,44 @@ def _build(name: str, path: Path, mtime_ns: int, size: int) -> type[FileEnv]:
         "dataset_path": (base / config.dataset) if config.dataset else None,
         "__module__": __name__,
     }
+    if config.harness is not None:
+        attrs["harness"] = _absolute_harness(config.harness, base)
+        attrs["replayable"] = True  # the restarted program rebuilds the state (gymflow.envs.harness)
+        return type(f"HarnessFileEnv_{path.stem}", (HarnessFileEnv,), attrs)
     return type(f"FileEnv_{path.stem}", (FileEnv,), attrs)
+
+
+def _harbor_harness(name: str, path: Path, config: EnvFile) -> type[BaseEnv]:
+    """The class of an env file whose harness plays Harbor tasks (gymflow.envs.harness.harbor)."""
+    from gymflow.envs.harness.harbor import HarborHarnessEnv  # the container runtime: loaded only for these
+
+    assert config.harness is not None
+    base = path.parent
+    try:
+        policies = _policies(config.policies, base)
+    except ValueError as exc:
+        raise EnvFileError(f"{path}: {exc}") from None
+    attrs: dict[str, Any] = {
+        "name": name,
+        "__doc__": config.description or f"Harbor tasks played by {config.harness.command!r} (env file {name}).",
+        "harness": _absolute_harness(config.harness, base),
+        "dataset_path": (base / config.dataset).resolve() if config.dataset else None,
+        "__module__": __name__,
+        **({"policies": policies} if policies else {}),
+        **({"system_prompt": config.system_prompt} if config.system_prompt else {}),
+    }
+    return type(f"HarborHarnessFileEnv_{path.stem}", (HarborHarnessEnv,), attrs)
+
+
+def _absolute_harness(harness: Harness, base: Path) -> Harness:
+    """The harness with a command (or argument) naming a file next to the env file made absolute."""
+    if isinstance(harness.command, str):
+        return harness
+    command = list(harness.command)
+    if "/" in command[0] and not Path(command[0]).is_absolute():
+        command[0] = str(base / command[0])
+    command[1:] = [_absolute_arg(arg, base) for arg in command[1:]]
+    return harness.model_copy(update={"command": command})
 
 
 def _reward_fns(reward: RewardSpecs, base: Path) -> tuple[RewardFn, ...]:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import to_json
 
 from gymflow.envs.wire.termination import TerminationReason
-from gymflow.envs.wire.tokens import TokenSequence, TurnTokens, build_sequence
+from gymflow.envs.wire.tokens import TokenSequence, TurnTokens, build_segments, build_sequence
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -222,6 +222,39 @@ class Usage(Wire):
     """Prompt tokens of the latest turn: how full the context window is."""
 
 
+class EnvPackageRef(Wire):
+    """Which env code produced a rollout: an env package installed in a venv of its own
+    (gymflow.envs.packages), by name, version and content digest."""
+
+    name: str
+    """The distribution's name (`pip show NAME`)."""
+    version: str
+    digest: str
+    """sha256 over the distribution's installed files (its RECORD): the same code gives the same
+    digest on every node; any change to it gives another."""
+    env: str = ""
+    """The env of the package that ran (a package may declare several)."""
+    kind: str = ""
+    """How gymflow runs it: `plain`, `benchmax`, `verifiers` or `openenv`."""
+
+
+class ProgramRun(Wire):
+    """What a harness rollout's agent program did (gymflow.envs.harness)."""
+
+    command: list[str]
+    """The command line that ran (placeholders filled in)."""
+    exit_code: int | None = None
+    """The program's exit status (128+N for signal N); None when it was stopped by a budget."""
+    output: str = ""
+    """The end of its stdout and stderr."""
+    starts: int = 1
+    """How often it was started: more than once after its node was lost (gymflow.workflows.harness)."""
+    replayed_calls: int = 0
+    """Model calls a restarted program made that were answered from the rollout's recorded turns."""
+    abandoned_calls: int = 0
+    """Recorded calls a restarted program did not make again (its requests diverged): not in `tokens`."""
+
+
 class Trajectory(Wire):
     """The full record of one rollout.
 
@@ -248,18 +281,33 @@ class Trajectory(Wire):
     sandbox: str | None = None
     """Set when model-written code ran under a sandbox the operator opted out of (e.g.
     ``GYMFLOW_SANDBOX=unsafe-unshare``): which level, and what it did not keep from the code."""
+    env_package: EnvPackageRef | None = Field(default=None, exclude_if=lambda ref: ref is None)
+    """The env package (name, version, digest) whose code ran the tools and the reward; None for
+    envs that are part of this installation (built-ins, env files, registered classes)."""
     messages: list[Message]
     """System prompt, prompt, every assistant turn and tool observation, in order."""
     tokens: list[TurnTokens] = Field(default_factory=list)
     """Per assistant turn, the token ids and logprobs the endpoint returned (`ModelConfig.tokens`);
     empty when token data was off. `token_sequence()` joins them (gymflow.envs.wire.tokens)."""
+    program: ProgramRun | None = Field(default=None, exclude_if=lambda program: program is None)
+    """For a harness rollout, its agent program's run (`turns` then counts its model calls)."""
+
+    def token_segments(self) -> list[TokenSequence]:
+        """The conversation as linear token segments, each with its own loss mask: one segment when every
+        turn's prompt extends the previous prompt + completion, more where the program rewrote its history
+        (gymflow.envs.wire.tokens.build_segments). Never re-tokenises.
+
+        Raises:
+            gymflow.envs.errors.TokenDataError: A turn has no token data.
+        """
+        return build_segments(self.tokens, expected_turns=self.turns)
 
     def token_sequence(self) -> TokenSequence:
         """The whole conversation as the model saw it: token ids, loss mask (1 on model tokens), logprobs.
 
         Raises:
             gymflow.envs.errors.TokenDataError: A turn has no token data, or (`TokenMismatch`) its prompt
-                does not extend the previous prompt + completion.
+                does not extend the previous prompt + completion (`token_segments` splits there instead).
         """
         return build_sequence(self.tokens, expected_turns=self.turns)
 

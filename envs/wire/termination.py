@@ -22,8 +22,11 @@ class TerminationReason(enum.StrEnum):
     """The model produced more tokens in total than the rollout allows."""
     TOOL_BUDGET = "tool_budget"
     """The model made more tool calls than the rollout allows."""
+    AGENT_EXIT = "agent_exit"
+    """A harness rollout's agent program exited (whatever its exit code: the reward judges the work)."""
     TIME_BUDGET = "time_budget"
-    """The agent's time ran out (`TaskTimeouts.agent_s`, a task's agent timeout): still scored."""
+    """The agent's time ran out (`TaskTimeouts.agent_s`, a task's agent timeout, or a harness program's
+    `timeout_s`): still scored."""
     MODEL_ERROR = "model_error"
     """The model endpoint failed after Temporal's retries (or refused the request)."""
     ENV_ERROR = "env_error"

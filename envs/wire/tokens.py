@@ -17,6 +17,11 @@ Decisions worth knowing:
   that drops reasoning from history, a tokenizer that merges across the boundary) is recorded whole
   with ``extends=False``, and `build_sequence` raises `TokenMismatch` naming the turn and the first
   differing token: never a silent glue.
+* A program that rewrites its own history between calls (a harness agent that compacts or drops
+  old turns, gymflow.workflows.harness) breaks that line by design. `build_segments` then splits the
+  turns into segments, each one linear sequence with its own loss mask: a turn joins the segment
+  whose prompt + completion its prompt extends, else it starts a new segment with its whole prompt.
+  Trainers take every segment as a sample of the same rollout; nothing is re-tokenised.
 * Compact wire form: token ids and logprobs travel as base64 of little-endian int32 / float32 arrays
   (`PackedInts`, `PackedFloats`): ~5.3 bytes per token instead of ~7 (ids) or ~20 (logprobs) as JSON
   numbers. In Python they are plain lists; logprobs are stored at float32 precision.
@@ -207,6 +212,57 @@ def build_sequence(turns: Sequence[TurnTokens], *, expected_turns: int | None = 
         else:
             logprobs = None
     return TokenSequence(ids=ids, loss_mask=mask, logprobs=logprobs)
+
+
+def build_segments(turns: Sequence[TurnTokens], *, expected_turns: int | None = None) -> list[TokenSequence]:
+    """Split per-turn tokens into linear segments, each with its own loss mask.
+
+    A turn continues the segment whose whole sequence (prompt + completion so far) its prompt
+    starts with: the previous turn's segment when it was recorded as extending it
+    (`TurnTokens.extends`), else the first segment whose sequence is a prefix of its whole prompt.
+    A turn that extends no segment starts one. Turns that all extend each other give one segment,
+    equal to `build_sequence`'s sequence.
+
+    Raises:
+        TokenDataError: A turn has no token data, or its lengths contradict the record.
+    """
+    numbers = [t.turn for t in turns]
+    wanted = list(range(expected_turns if expected_turns is not None else len(turns)))
+    if numbers != wanted:
+        raise TokenDataError(f"token data covers turns {numbers}, not {wanted}")
+    segments: list[tuple[list[int], list[int], list[float] | None]] = []
+    last: int | None = None
+    for turn in turns:
+        if turn.extends is True and last is not None:
+            index = last
+            ids, mask, logprobs = segments[index]
+            ids.extend(turn.prompt_ids)
+            mask.extend([0] * len(turn.prompt_ids))
+        else:
+            prompt = turn.prompt_ids
+            index = next(
+                (i for i, (ids, _, _) in enumerate(segments) if len(ids) <= len(prompt) and prompt[: len(ids)] == ids),
+                len(segments),
+            )
+            if index == len(segments):
+                segments.append(([], [], []))
+            ids, mask, logprobs = segments[index]
+            mask.extend([0] * (len(prompt) - len(ids)))
+            ids.extend(prompt[len(ids) :])
+        if len(ids) != turn.prompt_length:
+            raise TokenDataError(
+                f"turn {turn.turn}: the prompt has {turn.prompt_length} tokens, its segment {len(ids)}"
+            )
+        if logprobs is not None:
+            logprobs.extend([0.0] * (len(ids) - len(logprobs)))
+        ids.extend(turn.completion_ids)
+        mask.extend([1] * len(turn.completion_ids))
+        if logprobs is not None and turn.logprobs is not None and len(turn.logprobs) == len(turn.completion_ids):
+            logprobs.extend(turn.logprobs)
+        else:
+            segments[index] = (ids, mask, None)
+        last = index
+    return [TokenSequence(ids=ids, loss_mask=mask, logprobs=logprobs) for ids, mask, logprobs in segments]
 
 
 def turn_tokens(

@@ -11,6 +11,7 @@ from gymflow.envs.contract import Message, TerminationReason, Trajectory
 from gymflow.envs.errors import TokenDataError, TokenMismatch
 from gymflow.envs.wire.tokens import (
     TurnTokens,
+    build_segments,
     build_sequence,
     completion_token_data,
     pack_ints,
@@ -103,3 +104,33 @@ def test_vllm_and_sglang_answer_shapes_are_read() -> None:
         "choices": [{"message": {}, "token_ids": [1, 2], "logprobs": {"content": [{"token": "a", "logprob": -1}]}}]
     }
     assert completion_token_data(mismatched) == (None, [1, 2], None)
+
+
+def test_segments_of_linear_turns_are_the_sequence() -> None:
+    turns = three_turns()
+    (segment,) = build_segments(turns, expected_turns=3)
+    assert segment == build_sequence(turns, expected_turns=3)
+
+
+def test_a_rewritten_history_starts_a_segment_and_a_turn_rejoins_the_segment_it_extends() -> None:
+    """Turn 1 rewrote turn 0's history (a new system prompt); turn 2 extends turn 0's line again and
+    turn 3 extends turn 1's (a program alternating between two conversations)."""
+    raw = [([1, 2], [3]), ([9, 2, 3], [4]), ([1, 2, 3, 5], [6]), ([9, 2, 3, 4, 7], [8])]
+    turns, prefix = [], None
+    for i, (prompt, completion) in enumerate(raw):
+        record, prefix = turn_tokens(
+            turn=i, prompt_ids=prompt, completion_ids=completion, logprobs=[-0.5], prefix=prefix
+        )
+        turns.append(record)
+    assert [t.extends for t in turns] == [None, False, False, False]
+    with pytest.raises(TokenMismatch):
+        build_sequence(turns, expected_turns=4)
+    first, second = build_segments(turns, expected_turns=4)
+    assert first.ids == [1, 2, 3, 5, 6] and first.loss_mask == [0, 0, 1, 0, 1]
+    assert first.logprobs == [0.0, 0.0, -0.5, 0.0, -0.5]
+    assert second.ids == [9, 2, 3, 4, 7, 8] and second.loss_mask == [0, 0, 0, 1, 0, 1]
+
+
+def test_segments_need_every_turn() -> None:
+    with pytest.raises(TokenDataError, match="covers turns"):
+        build_segments(three_turns()[:2], expected_turns=3)

@@ -72,6 +72,7 @@ async def test_a_rollout_only_worker_registers_only_rollout_work_and_runs_a_roll
         assert shared.workflows == ROLLOUT_WORKFLOWS and not on_node.workflows
         assert shared.activities == {
             "ModelActivities.generate",
+            "GatewayActivities.model_call",
             "EnvActivities.init_rollout",
             "EnvActivities.compute_group_reward",
             "StorageActivities.write_jsonl",
@@ -82,8 +83,11 @@ async def test_a_rollout_only_worker_registers_only_rollout_work_and_runs_a_roll
             "EnvActivities.call_tool",
             "EnvActivities.compute_reward",
             "EnvActivities.release_rollout",
+            "EnvActivities.env_response",
             "TurnActivities.play_turn",
+            "HarnessActivities.run_program",
         }
+        assert worker.gateway.port > 0  # the rollout role's model gateway serves while the worker runs
         result = await run_rollout(client, math_rollout(calculator_policy_url, seed=5), task_queue=worker.task_queue)
     assert not result.infra_failed and result.reward is not None and result.reward.total == 1.0, result
 

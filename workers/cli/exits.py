@@ -22,15 +22,13 @@ by then.
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
 import sys
 import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from gymflow.envs.errors import UserError
+from gymflow.workers.sdk import scripts
 
 INTERRUPTED = 130
 """Exit code after Ctrl-C (128 + SIGINT), as shells report it."""
@@ -137,10 +135,4 @@ def user_error_types() -> frozenset[str]:
 
 def leave(code: int) -> NoReturn:
     """Flush what the command printed and logged, and exit without the interpreter's teardown."""
-    for handler in logging.getLogger().handlers:
-        with contextlib.suppress(Exception):
-            handler.flush()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # a closed pipe (`gymflow envs | head -1`) has nothing to flush to
-            stream.flush()
-    os._exit(code)
+    scripts.leave(code, exit_handlers=False)

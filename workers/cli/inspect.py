@@ -287,6 +287,16 @@ def _describe_result(step: Step, width: int | None) -> str:
         return f"reward {value.get('total')}" + (f" ({parts})" if parts else "")
     if step.activity == "init_rollout":
         return f"{len(value.get('tools', []))} tools on {value.get('node_queue', '?')}"
+    if step.activity == "model_call":  # a harness program's model call (gymflow.workflows.harness)
+        choice = ((value.get("completion") or {}).get("choices") or [{}])[0]
+        message = choice.get("message") or {}
+        calls = [c.get("function") or {} for c in message.get("tool_calls") or []]
+        text = message.get("content") or ""
+        made = ", ".join(f"{c.get('name')}({c.get('arguments')})" for c in calls)
+        return _cut((f"says {text!r}" if text else "") + (f" calls {made}" if made else ""), width)
+    if step.activity == "run_program":
+        tail = str(value.get("output") or "").strip().splitlines()[-1:] or [""]
+        return _cut(f"exit {value.get('exit_code')} after {value.get('duration_s', 0):.1f}s: {tail[0]}", width)
     return _cut(json.dumps(value), width)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -337,6 +338,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         serve_forever(policy, host=args.host, port=args.port)
         return 0
     settings = _settings(args)
+    # Env packages are found by this variable in every process of the node (gymflow.envs.packages.store):
+    # this one, its worker, the policy servers it starts.
+    packages = settings.env_packages_dir or settings.data_dir / "env-packages"
+    os.environ.setdefault("GYMFLOW_ENV_PACKAGES_DIR", str(packages.resolve()))
     if args.command == "codec-server":
         return commands.codec_server(args, settings)
     if args.command == "server":

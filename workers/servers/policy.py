@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import math
 import socket
@@ -70,6 +71,7 @@ def build_app(
     model_name: str | None = None,
     max_context_tokens: int | None = None,
     records: list[TokenRecord] | None = None,
+    requests: list[str] | None = None,
 ) -> Starlette:
     """The ASGI app serving `policy` (what `PolicyServer` runs; usable with any ASGI server).
 
@@ -78,6 +80,8 @@ def build_app(
         model_name: Name reported by ``/v1/models`` and in completions; defaults to ``policy.name``.
         max_context_tokens: When set, prompts estimated longer than this get a context-length 400.
         records: When given, every completion's prompt and completion token ids are appended to it.
+        requests: When given, the fingerprint (`request_fingerprint`) of every request answered is
+            appended to it: a test can tell a request answered twice.
     """
     name = model_name or policy.name
 
@@ -132,6 +136,8 @@ def build_app(
         completion_ids = byte_tokens.completion_ids(reply)
         if records is not None:
             records.append(TokenRecord(prompt_ids, completion_ids))
+        if requests is not None:
+            requests.append(request_fingerprint(body))
         _add_token_data(body, answer, prompt_ids, completion_ids)
         return JSONResponse(answer)
 
@@ -153,6 +159,11 @@ def _add_token_data(body: dict[str, Any], answer: dict[str, Any], prompt: list[i
     if body.get("logprobs"):
         tokens = [f"token_id:{t}" if vllm else byte_tokens.decode([t]) for t in completion]
         choice["logprobs"] = {"content": [{"token": t, "logprob": 0.0, "top_logprobs": []} for t in tokens]}
+
+
+def request_fingerprint(body: Any) -> str:
+    """SHA-256 of a request body's canonical JSON (what `PolicyServer.requests` logs)."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def estimate_tokens(messages: list[Message], tools: list[ToolSpec]) -> int:
@@ -275,6 +286,8 @@ class PolicyServer(AppServer):
         model_name: Reported model name; defaults to ``policy.name``.
         max_context_tokens: Optional context window for the vLLM-style context-length error.
         record_tokens: Keep every completion's token ids in `records` (tests of token exactness).
+        record_requests: Keep every answered request's fingerprint in `requests` (tests that no
+            request is answered twice).
     """
 
     def __init__(
@@ -286,14 +299,18 @@ class PolicyServer(AppServer):
         model_name: str | None = None,
         max_context_tokens: int | None = None,
         record_tokens: bool = False,
+        record_requests: bool = False,
     ) -> None:
         self.records: list[TokenRecord] = []
         """With `record_tokens`, every completion served, tokenised (`TokenRecord`), in order."""
+        self.requests: list[str] = []
+        """With `record_requests`, every answered request's fingerprint, in order."""
         app = build_app(
             policy,
             model_name=model_name,
             max_context_tokens=max_context_tokens,
             records=self.records if record_tokens else None,
+            requests=self.requests if record_requests else None,
         )
         super().__init__(app, host=host, port=port)
 

@@ -47,7 +47,7 @@ def write(path: Path, text: str) -> Path:
     ("text", "message"),
     [
         ("mcpServers: {calc: {command: srv}}\nrewrad: x.py:f\n", "rewrad: Extra inputs are not permitted"),
-        ("system_prompt: hi\n", "mcpServers: Field required"),
+        ("system_prompt: hi\n", "needs 'mcpServers' (tools for the model) or 'harness'"),
         ("mcpServers: {calc: {args: [a]}}\n", "mcpServers.calc"),
         ("mcpServers: {calc: {command: srv}}\nstateless: maybe\n", "stateless"),
         ("mcpServers: {calc: {command: srv}}\nreward: []\n", "reward"),

@@ -1,0 +1,1 @@
+"""benchmax envs for the gymflow tests: the package declares benchmax's own `MathEnv` and `NotesEnv`."""

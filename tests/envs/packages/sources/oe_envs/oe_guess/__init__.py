@@ -1,0 +1,1 @@
+"""Number guessing as an OpenEnv environment: models, the Environment, and its server app."""
