@@ -5,6 +5,12 @@ with the SkyPilot 0.14 Python API (imported lazily: skypilot is an optional extr
 `--dryrun` only prints the task). The local backend runs the YAML's very `run` script as N local
 processes, `SKYPILOT_NODE_RANK` set to 0..N-1 so each has its own node id and node queue; their
 pids are kept in `<data dir>/workers/` for `gymflow deploy down --backend local`.
+
+The cluster's credentials travel apart from the task's `envs` (which SkyPilot shows and stores):
+an API key and inline TLS data as SkyPilot `secrets` (values from the resolved connection,
+redacted by `--dryrun`), certificate and key files as `file_mounts` (the task names only their
+paths; SkyPilot copies the files to `~/.gymflow/tls/` on each node, a local node reads them in
+place). None of it enters a workflow's input or history.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any
 import yaml
 
 from gymflow.envs.mcp.ledger import start_time
+from gymflow.workers.connection import Connection
 
 TASK_FILE = Path(__file__).with_name("workers.yaml")
 """The worker node task shipped with gymflow."""
@@ -50,6 +57,36 @@ class FleetSpec:
     task_file: Path = TASK_FILE
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment variables for every worker."""
+    connection: Connection | None = None
+    """The resolved cluster connection, whose API key and TLS files the workers get as secrets and
+    file mounts (address and namespace go as GYMFLOW_TEMPORAL_ADDRESS / GYMFLOW_NAMESPACE)."""
+
+
+TLS_DIR = "~/.gymflow/tls"
+"""Where each node finds the TLS files of the fleet's connection (SkyPilot file mounts)."""
+
+
+def credentials(connection: Connection) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """(envs, secrets, file mounts) that give a node `connection`'s credentials.
+
+    TLS files are mounted under TLS_DIR and named by TEMPORAL_TLS_*_PATH (the run script expands
+    `~`); an API key and inline TLS data are secrets; `TEMPORAL_TLS=true` says TLS is on.
+    """
+    envs: dict[str, str] = {}
+    secrets: dict[str, str] = {}
+    mounts: dict[str, str] = {}
+    for name, value in connection.environment().items():
+        if name in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE"):
+            continue  # as GYMFLOW_TEMPORAL_ADDRESS / GYMFLOW_NAMESPACE
+        if name.endswith("_PATH"):
+            remote = f"{TLS_DIR}/{name.removeprefix('TEMPORAL_TLS_').removesuffix('_PATH').lower()}.pem"
+            mounts[remote] = value
+            envs[name] = remote
+        elif name in ("TEMPORAL_TLS", "TEMPORAL_TLS_SERVER_NAME"):
+            envs[name] = value
+        else:  # the API key, inline certificates and keys, gRPC metadata (often a credential too)
+            secrets[name] = value
+    return envs, secrets, mounts
 
 
 @dataclass
@@ -86,6 +123,12 @@ def task_config(spec: FleetSpec, environ: Mapping[str, str] | None = None) -> di
     }
     secrets = {name: environ.get(name) for name in config.get("secrets") or {}}
     config["secrets"] = {name: value for name, value in secrets.items() if value}
+    if spec.connection is not None:
+        envs, connection_secrets, mounts = credentials(spec.connection)
+        config["envs"].update(envs)
+        config["secrets"].update(connection_secrets)
+        if mounts:
+            config["file_mounts"] = {**(config.get("file_mounts") or {}), **mounts}
     if not config["secrets"]:
         config.pop("secrets")
     return config
@@ -148,9 +191,11 @@ def launch_local(spec: FleetSpec, *, data_dir: Path, workdir: Path | None = None
             "stop them with `gymflow deploy down --backend local`"
         )
     state.mkdir(parents=True, exist_ok=True)
+    mounts = {remote: local for remote, local in (config.get("file_mounts") or {}).items()}
     base_env = {
         **os.environ,
-        **{k: str(v) for k, v in (config.get("envs") or {}).items()},
+        # A local node reads the files where they are: no copy under TLS_DIR.
+        **{k: str(mounts.get(str(v), v)) for k, v in (config.get("envs") or {}).items()},
         **config.get("secrets", {}),
         # This interpreter's scripts first, so the script's bare `gymflow` is this installation.
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),

@@ -232,6 +232,26 @@ class ServerRunning(ServerError):
         )
 
 
+class ConnectionConfigError(UserError, ValueError):
+    """The connection configuration itself is wrong (an unknown profile, an unreadable file)."""
+
+
+class ConnectionFailed(UserError, RuntimeError):
+    """The cluster could not be reached or refused this client; the message says why and what to fix."""
+
+
+class MissingSearchAttributes(UserError, RuntimeError):
+    """The cluster lacks search attributes gymflow sets; the message says how to add them."""
+
+
+class MetricsPortError(UserError, OSError):
+    """The metrics endpoint cannot listen where it was asked to."""
+
+
+class TracingUnavailable(UserError, ImportError):
+    """Tracing was asked for but the OpenTelemetry SDK or exporter is not installed."""
+
+
 class CodecKeyError(UserError, ValueError):
     """A key is malformed, or a payload names a key this process does not have."""
 

@@ -125,16 +125,21 @@ class Admission:
         self._limits = {"start": self.capacity.starts, "run": self.capacity.runs, "reward": self.capacity.rewards}
         self._waiting = dict.fromkeys(self._slots, 0)
         self._pool: ProcessPoolExecutor | None = None
+        self.on_admitted: Callable[[Step, float], None] | None = None
+        """Told each admission's step and the seconds it waited (the worker's metrics)."""
 
     @contextlib.asynccontextmanager
     async def slot(self, step: Step) -> AsyncIterator[None]:
         """Hold one slot of `step` for the block; waits (FIFO) while all are taken."""
         semaphore = self._slots[step]
         self._waiting[step] += 1
+        queued = time.monotonic()
         try:
             await semaphore.acquire()
         finally:
             self._waiting[step] -= 1
+        if self.on_admitted is not None:
+            self.on_admitted(step, time.monotonic() - queued)
         try:
             yield
         finally:

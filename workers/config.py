@@ -20,6 +20,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gymflow.workers.admission import Capacity, usable_cpus
+from gymflow.workers.connection import Connection, ConnectionOptions, resolve
 from gymflow.workflows.names import TASK_QUEUE, command_queue
 
 WorkerRole = Literal["rollout", "judge", "dataset", "training"]
@@ -44,9 +45,14 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GYMFLOW_", extra="ignore")
 
     temporal_address: str = "localhost:7233"
-    """host:port of the Temporal frontend."""
+    """host:port of the Temporal frontend. When GYMFLOW_TEMPORAL_ADDRESS is unset, TEMPORAL_ADDRESS or the
+    temporal.toml profile decides, else this default (gymflow.workers.connection; use `temporal_connection()`)."""
     namespace: str = "default"
-    """Temporal namespace."""
+    """Temporal namespace; when GYMFLOW_NAMESPACE is unset, TEMPORAL_NAMESPACE or the profile decides."""
+    connection: ConnectionOptions = Field(default_factory=ConnectionOptions, exclude=True)
+    """Explicit connection options (the CLI's --address, --profile, --api-key, --tls-* flags), over
+    every variable and profile. The API key and TLS come from TEMPORAL_* variables and temporal.toml
+    profiles, as for every Temporal tool, never from GYMFLOW_* variables."""
     task_queue: str = TASK_QUEUE
     """Shared task queue for workflows, model calls and rollout initialisation. A CLI command that
     runs a worker in its own process (`rollout`, `demo`, `eval`, `dataset generate`, `train launch
@@ -163,7 +169,35 @@ class Settings(BaseSettings):
     """Comma-separated older keys (`[id:]base64`) still accepted for decryption (key rotation)."""
     codec_auth: SecretStr | None = None
     """If set, the codec server requires this exact `Authorization` header value
-    (`temporal ... --codec-auth VALUE`)."""
+    (`temporal ... --codec-auth VALUE`); unset, TEMPORAL_CODEC_AUTH, the value the temporal CLI sends."""
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    """Serve Prometheus metrics (the SDK's runtime metrics and gymflow's, gymflow.workers.metrics) at
+    http://<metrics_host>:<port>/metrics from `gymflow worker`; with --processes N, child i serves port + i."""
+    metrics_host: str = "0.0.0.0"
+    """Interface the metrics endpoint listens on."""
+    otlp_endpoint: str | None = None
+    """OTLP/HTTP traces endpoint (e.g. http://collector:4318/v1/traces): the worker and the CLI trace
+    rollouts through the SDK's OpenTelemetry interceptor. Unset: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else
+    OTEL_EXPORTER_OTLP_ENDPOINT (+ /v1/traces), else no tracing."""
+    fence_after_s: float | None = Field(default=300.0, gt=0)
+    """A worker that cannot reach its Temporal server for this long frees every rollout it holds
+    (gymflow.workers.reaper): by then the rollouts that needed a step were re-initialised on other
+    nodes, and servers nobody will call again must not live on. None: hold them however long the
+    outage (a server restart of a few minutes then costs no rollout its state)."""
+
+    def temporal_connection(self) -> Connection:
+        """The cluster to dial (gymflow.workers.connection): explicit options, then GYMFLOW_TEMPORAL_ADDRESS /
+        GYMFLOW_NAMESPACE when set, then TEMPORAL_* variables and the temporal.toml profile, then localhost:7233.
+
+        Raises:
+            gymflow.workers.connection.ConnectionConfigError: A named profile or config file cannot be loaded.
+        """
+        given = self.model_fields_set
+        return resolve(
+            self.connection,
+            gymflow_address=self.temporal_address if "temporal_address" in given else None,
+            gymflow_namespace=self.namespace if "namespace" in given else None,
+        )
 
     @field_validator("worker_roles", mode="before")
     @classmethod
@@ -214,9 +248,8 @@ class Settings(BaseSettings):
 
     @property
     def frontend_port(self) -> int:
-        """The port of `temporal_address` (7233 when it names none)."""
-        _, _, text = self.temporal_address.rpartition(":")
-        return int(text) if text.isdigit() else 7233
+        """The port of the resolved Temporal address (7233 when it names none)."""
+        return self.temporal_connection().port
 
     @property
     def web_ui_port(self) -> int:
@@ -235,7 +268,7 @@ class Settings(BaseSettings):
     @property
     def ui_url(self) -> str:
         """Base URL of the Web UI for this namespace."""
-        return f"http://localhost:{self.web_ui_port}/namespaces/{self.namespace}"
+        return f"http://localhost:{self.web_ui_port}/namespaces/{self.temporal_connection().namespace}"
 
     def ui_workflow_url(self, workflow_id: str, run_id: str | None = None) -> str:
         """The Web UI page of a workflow (its latest run without `run_id`)."""

@@ -61,6 +61,11 @@ def core_runtime() -> Runtime:
     Without it the core writes its own lines to the process's stdout (breaking `--json`); with it,
     they are log records like any other, filtered by level and formatted by `configure()`.
     """
+    return Runtime(telemetry=core_telemetry())
+
+
+def core_telemetry() -> TelemetryConfig:
+    """`core_runtime`'s telemetry: the core's logs forwarded (a worker adds metrics: gymflow.workers.metrics)."""
     forwarding = LogForwardingConfig(
         logger=logging.getLogger(CORE_LOGGER),
         append_target_to_name=False,
@@ -68,7 +73,7 @@ def core_runtime() -> Runtime:
         append_log_fields_to_message=False,
     )
     filter_ = TelemetryFilter(core_level="WARN", other_level="ERROR")
-    return Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter=filter_, forwarding=forwarding)))
+    return TelemetryConfig(logging=LoggingConfig(filter=filter_, forwarding=forwarding))
 
 
 def _info_details(info: temporalio.activity.Info) -> dict[str, Any]:

@@ -85,16 +85,19 @@ def share(total: int, count: int) -> int:
     return max(1, total // count)
 
 
-def child_environment(settings: Settings, *, node_id: str, count: int) -> dict[str, str]:
-    """GYMFLOW_* variables of a child: the supervisor's resolved settings, its node id, its share.
+def child_environment(settings: Settings, *, node_id: str, count: int, index: int = 0) -> dict[str, str]:
+    """Variables of a child: the supervisor's resolved settings and connection, its node id, its share.
 
-    Everything else (keys, storage, timeouts) the child reads from the environment it inherits,
-    as the supervisor did.
+    The connection the supervisor resolved (its flags included: --profile, --api-key, --tls-*)
+    goes as GYMFLOW_TEMPORAL_ADDRESS / GYMFLOW_NAMESPACE and TEMPORAL_* variables (gymflow.workers.connection),
+    and `metrics_port` as port + index (child i serves its own /metrics). Everything else
+    (keys, storage, timeouts) the child reads from the environment it inherits, as the supervisor did.
     """
     capacity = settings.capacity()
+    connection = settings.temporal_connection()
     values: dict[str, object] = {
-        "temporal_address": settings.temporal_address,
-        "namespace": settings.namespace,
+        "temporal_address": connection.address,
+        "namespace": connection.namespace,
         "task_queue": settings.task_queue,
         "data_dir": settings.data_dir,
         "workspace_root": settings.workspace_root,
@@ -108,8 +111,10 @@ def child_environment(settings: Settings, *, node_id: str, count: int) -> dict[s
         "cpu_workers": share(capacity.cpu_workers, count),
         "mcp_pool_size": share(settings.mcp_pool_size, count) if settings.mcp_pool_size else 0,
         "max_concurrent_workflow_tasks": share(settings.workflow_task_slots, count),
+        "metrics_port": None if settings.metrics_port is None else settings.metrics_port + index,
     }
-    return {f"GYMFLOW_{key.upper()}": str(value) for key, value in values.items() if value is not None}
+    gymflow = {f"GYMFLOW_{key.upper()}": str(value) for key, value in values.items() if value is not None}
+    return {**connection.environment(), **gymflow}
 
 
 def worker_command(*, log_format: str = "auto", verbose: bool = False) -> list[str]:
@@ -187,7 +192,8 @@ class Supervisor:
 
     async def _start(self, child: Child) -> None:
         child.node_id = child_node_id(self.settings.node_id, child.index, child.restarts)
-        environ = {**self.environ, **child_environment(self.settings, node_id=child.node_id, count=self.count)}
+        own = child_environment(self.settings, node_id=child.node_id, count=self.count, index=child.index)
+        environ = {**self.environ, **own}
         child.process = await asyncio.create_subprocess_exec(
             *self.command, env=environ, preexec_fn=_die_with_parent if sys.platform == "linux" else None
         )

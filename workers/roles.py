@@ -4,8 +4,10 @@
   `BatchRolloutWorkflow`, `RolloutSessionWorkflow`) and what they run on the shared queue (model
   turns, rollout initialisation, group rewards, task loading, results, batch reports); the node
   queue with the env activities of the rollouts this node holds (tools, rewards, release, fused
-  turns, harness programs); the node's admission control, the reaper and the model gateway through
-  which harness rollouts' agent programs call models.
+  turns, harness programs); the node's admission control, the reaper (and its fence for a node cut
+  off from its server), the model gateway through which harness rollouts' agent programs call
+  models, gymflow's metrics (gymflow.workers.metrics) and the guard against stale tasks
+  (gymflow.workers.fencing).
 * ``judge``: the LLM-judge activity on the judge queue, under the deployment-wide rate limit.
 * ``dataset``: `DatasetGenerationWorkflow` and its activities, on the dataset queue.
 * ``training``: `TrainingRunWorkflow` with the training and trainer-job activities, on the training
@@ -22,6 +24,7 @@ that does not serve a role never imports (let alone constructs) that role's mach
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -29,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 from temporalio.client import Client
+from temporalio.runtime import Runtime
 from temporalio.worker import Interceptor
 
 from gymflow.workers.config import Settings, WorkerRole
@@ -152,6 +156,8 @@ def rollout(context: Context) -> Served:
     from gymflow.envs.runtime.node import NodeRuntimes
     from gymflow.workers.admission import Admission
     from gymflow.workers.dedup import DedupInterceptor
+    from gymflow.workers.fencing import StaleTaskGuard
+    from gymflow.workers.metrics import GymflowMetrics, MetricsInterceptor, NodeSampler
     from gymflow.workers.reaper import run_reaper
     from gymflow.workers.servers.gateway import Gateway
 
@@ -161,6 +167,8 @@ def rollout(context: Context) -> Served:
     reap_orphans(settings.workspace_root)
     # One admission control per node, shared by every env and the task loader (gymflow.workers.admission).
     admission = Admission(settings.capacity(), nice=settings.env_nice)
+    # gymflow's series on the runtime's meter (a no-op without --metrics-port: gymflow.workers.metrics).
+    metrics = GymflowMetrics((context.client.service_client.config.runtime or Runtime.default()).metric_meter)
     # The node's runtimes (gymflow.envs.runtime.node): its container runtime is made only when an env
     # first runs a server or task in a container, and closed when the worker stops.
     runtimes = NodeRuntimes(node_id=settings.node_id, state_root=settings.runtime_state_dir)
@@ -201,6 +209,7 @@ def rollout(context: Context) -> Served:
             storage.load_tasks,
             reports.render_batch_report,
         ],
+        interceptors=[MetricsInterceptor(metrics)],
     )
     node = Queue(
         queue,
@@ -215,7 +224,8 @@ def rollout(context: Context) -> Served:
         # A retried attempt whose first attempt completed here (its report was lost) must not re-run the tool.
         # Fused turns are left out: only stateless envs fuse, so running one again is harmless, and
         # remembering them would keep every turn's reply (token ids and logprobs included) in memory.
-        interceptors=[DedupInterceptor(activity_types=DEDUPLICATED)],
+        # A task reaching this node after the server timed it out (a partition) is not run (workers.fencing).
+        interceptors=[StaleTaskGuard(), DedupInterceptor(activity_types=DEDUPLICATED), MetricsInterceptor(metrics)],
     )
 
     async def reaper() -> None:
@@ -224,13 +234,20 @@ def rollout(context: Context) -> Served:
             env,
             workspace_root=settings.workspace_root,
             interval_s=settings.reap_interval_s,
+            fence_after_s=settings.fence_after_s,
             runtimes=runtimes,
         )
+
+    sampler = NodeSampler(metrics, admission, env.held, settings.workspace_root / settings.node_id, settings.node_id)
+
+    async def sampling() -> None:  # the node's gauges: admission, live rollouts, servers, containers
+        async with sampler.running():
+            await asyncio.Event().wait()  # until cancelled
 
     return Served(
         "rollout",
         [shared, node],
-        background=[reaper],
+        background=[reaper, sampling],
         servers=[gateway],
         close=[env.shutdown, runtimes.close, model.aclose],
         env=env,

@@ -51,7 +51,8 @@ SANDBOX_PASSTHROUGH = (
         "gymflow.workflows.fused_turns",
     ),
     "gymflow.workflows.status",
-    *("gymflow.workflows.rollout_env", "gymflow.workflows.session_schema"),
+    *("gymflow.workflows.rollout_env", "gymflow.workflows.session_schema", "gymflow.workflows.spans"),
+    "opentelemetry",  # one trace context inside and outside the sandbox (gymflow.workers.tracing)
     "gymflow.workflows.training_schema",
 )
 SANDBOX_RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)

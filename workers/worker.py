@@ -190,23 +190,40 @@ async def _cancel(task: asyncio.Task[None]) -> None:
 
 
 async def run_worker(settings: Settings) -> None:
-    """Run a worker with the roles of `settings.worker_roles` until SIGINT/SIGTERM (the `gymflow worker` command)."""
+    """Run a worker with the roles of `settings.worker_roles` until SIGINT/SIGTERM (the `gymflow worker` command).
+
+    It dials the cluster as every gymflow process does (gymflow.workers.connection: flags, GYMFLOW_*,
+    TEMPORAL_* and temporal.toml profiles, mTLS and API keys), checks a cluster's search attributes,
+    serves Prometheus metrics with `metrics_port` and traces with an OTLP endpoint.
+    """
+    from gymflow.envs.errors import ConnectionFailed
+    from gymflow.workers import tracing
+    from gymflow.workers.metrics import metrics_runtime
     from gymflow.workers.sdk.client import connect, data_converter
 
     # Every line of the process names its node (one of several worker processes of a host: gymflow.workers.processes).
     with structlog.contextvars.bound_contextvars(node=settings.node_id):
-        # Encryption and external payload storage, as the deployment's config sets them (gymflow.workers.sdk.client).
-        converter = data_converter(settings)
+        connection = settings.temporal_connection()
+        runtime = None
+        if settings.metrics_port is not None:
+            runtime = metrics_runtime(host=settings.metrics_host, port=settings.metrics_port, node=settings.node_id)
+            log.info("metrics at http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
         try:
-            client = await connect(settings.temporal_address, namespace=settings.namespace, data_converter=converter)
-        except RuntimeError as exc:  # the SDK's "Failed client connect: ..."
-            raise WorkerStartError(
-                f"no Temporal server at {settings.temporal_address}: start one with `gymflow server`, or point "
-                f"--address (GYMFLOW_TEMPORAL_ADDRESS) at yours ({exc})"
-            ) from exc
+            client = await connect(
+                connection=connection,
+                # Encryption and external payload storage, as configured (gymflow.workers.sdk.client).
+                data_converter=data_converter(settings),
+                interceptors=tracing.client_interceptors(settings, service_name="gymflow-worker"),
+                runtime=runtime,  # a cluster's search attributes are checked: they must exist before any rollout
+            )
+        except ConnectionFailed as exc:
+            raise WorkerStartError(str(exc)) from None
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with running_worker(client, settings):
-            await stop.wait()
+        try:
+            async with running_worker(client, settings):
+                await stop.wait()
+        finally:
+            await asyncio.to_thread(tracing.shutdown)

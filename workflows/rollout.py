@@ -51,7 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from gymflow.envs.contract import Message, Reward, TerminationReason, Trajectory, Usage
     from gymflow.envs.rewards.rubric import Rubric
     from gymflow.envs.wire.tokens import TokenPrefix, TurnTokens
-    from gymflow.workflows import judging, names, status
+    from gymflow.workflows import judging, names, spans, status
     from gymflow.workflows.activity_calls import describe, error_type, execute
     from gymflow.workflows.budget import TrajectoryBudget
     from gymflow.workflows.fused_turns import FusedTurns
@@ -107,6 +107,11 @@ class RolloutWorkflow:
 
     @workflow.run
     async def run(self, input: RolloutInput) -> RolloutResult:
+        rollout_id = input.rollout_id or workflow.info().workflow_id
+        with spans.rollout(input.env, input.task.id, rollout_id):  # a trace of its own, if the worker traces
+            return await self._run(input)
+
+    async def _run(self, input: RolloutInput) -> RolloutResult:
         self._input = input
         self._rollout_id = input.rollout_id or workflow.info().workflow_id
         self._fused_turns = FusedTurns(input, self._rollout_id)
@@ -154,7 +159,8 @@ class RolloutWorkflow:
                 else:
                     self._fused = self._wants_fused(handle)
                     reason = await self._agent_loop()
-                reward = self._fused_reward if self._fused_reward is not None else await env.reward(self._messages)
+                with spans.span("reward"):
+                    reward = self._fused_reward if self._fused_reward is not None else await env.reward(self._messages)
             except GeneratorExit:
                 # The worker evicted this run from its cache: there is no event loop left to
                 # schedule a release on, and the run goes on elsewhere as a replay that releases.
@@ -234,57 +240,58 @@ class RolloutWorkflow:
         while self._turns < limits.max_turns:
             if self._env_steps().time_up():  # the task's agent timeout: the reward still runs
                 return TerminationReason.TIME_BUDGET
-            self._check_context_budget()
-            turn = await self._play_turn() if self._fused else None
-            result = turn.generated if turn else await self._generate()
-            self._turns += 1
-            self._usage = Usage(
-                prompt_tokens=self._usage.prompt_tokens + result.usage.prompt_tokens,
-                completion_tokens=self._usage.completion_tokens + result.usage.completion_tokens,
-                last_prompt_tokens=result.usage.prompt_tokens,
-            )
-            self._last_completion_tokens = result.usage.completion_tokens
-            message, whole = self._budget.admit(result.message)
-            self._messages.append(message)
-            if not whole:
-                return TerminationReason.CONTEXT_BUDGET
-            self._token_prefix = result.token_prefix
-            if result.tokens is not None:
-                if not self._budget.charge(result.tokens):
-                    return TerminationReason.CONTEXT_BUDGET
-                self._tokens.append(result.tokens)
-            workflow.set_current_details(f"turn {self._turns}: {len(message.tool_calls)} tool call(s)")
-            if not message.tool_calls:
-                if turn is not None and turn.reward is not None:
-                    self._fused_reward = turn.reward
-                    self._env_steps().handle = None  # the fused turn freed the state with the reward
-                    return TerminationReason.FINAL_ANSWER
-                if not self._wants_env_turn():
-                    return TerminationReason.FINAL_ANSWER
-                reply = await self._env_steps().respond(self._messages)
-                if reply.done:
-                    return TerminationReason.FINAL_ANSWER
-                self._pending_chars = 0
-                for answer in reply.messages:
-                    said, whole = self._budget.admit(answer)
-                    self._pending_chars += len(said.content)
-                    self._messages.append(said)
-                    if not whole:
-                        return TerminationReason.CONTEXT_BUDGET
-                continue
-            self._pending_chars = 0
-            ran = turn.results if turn else []
-            for index, call in enumerate(message.tool_calls):
-                done = ran[index] if index < len(ran) else None
-                observation, whole = self._budget.admit(await self._env_steps().observe(call, done))
-                self._pending_chars += len(observation.content)
-                self._messages.append(observation)
+            with spans.span("turn", turn=self._turns + 1):
+                self._check_context_budget()
+                turn = await self._play_turn() if self._fused else None
+                result = turn.generated if turn else await self._generate()
+                self._turns += 1
+                self._usage = Usage(
+                    prompt_tokens=self._usage.prompt_tokens + result.usage.prompt_tokens,
+                    completion_tokens=self._usage.completion_tokens + result.usage.completion_tokens,
+                    last_prompt_tokens=result.usage.prompt_tokens,
+                )
+                self._last_completion_tokens = result.usage.completion_tokens
+                message, whole = self._budget.admit(result.message)
+                self._messages.append(message)
                 if not whole:
                     return TerminationReason.CONTEXT_BUDGET
-            if self._env_steps().budget_hit:
-                return TerminationReason.TOOL_BUDGET
-            if limits.max_output_tokens is not None and self._usage.completion_tokens >= limits.max_output_tokens:
-                return TerminationReason.OUTPUT_BUDGET
+                self._token_prefix = result.token_prefix
+                if result.tokens is not None:
+                    if not self._budget.charge(result.tokens):
+                        return TerminationReason.CONTEXT_BUDGET
+                    self._tokens.append(result.tokens)
+                workflow.set_current_details(f"turn {self._turns}: {len(message.tool_calls)} tool call(s)")
+                if not message.tool_calls:
+                    if turn is not None and turn.reward is not None:
+                        self._fused_reward = turn.reward
+                        self._env_steps().handle = None  # the fused turn freed the state with the reward
+                        return TerminationReason.FINAL_ANSWER
+                    if not self._wants_env_turn():
+                        return TerminationReason.FINAL_ANSWER
+                    reply = await self._env_steps().respond(self._messages)
+                    if reply.done:
+                        return TerminationReason.FINAL_ANSWER
+                    self._pending_chars = 0
+                    for answer in reply.messages:
+                        said, whole = self._budget.admit(answer)
+                        self._pending_chars += len(said.content)
+                        self._messages.append(said)
+                        if not whole:
+                            return TerminationReason.CONTEXT_BUDGET
+                    continue
+                self._pending_chars = 0
+                ran = turn.results if turn else []
+                for index, call in enumerate(message.tool_calls):
+                    done = ran[index] if index < len(ran) else None
+                    observation, whole = self._budget.admit(await self._env_steps().observe(call, done))
+                    self._pending_chars += len(observation.content)
+                    self._messages.append(observation)
+                    if not whole:
+                        return TerminationReason.CONTEXT_BUDGET
+                if self._env_steps().budget_hit:
+                    return TerminationReason.TOOL_BUDGET
+                if limits.max_output_tokens is not None and self._usage.completion_tokens >= limits.max_output_tokens:
+                    return TerminationReason.OUTPUT_BUDGET
         return TerminationReason.MAX_TURNS
 
     def _check_context_budget(self) -> None:

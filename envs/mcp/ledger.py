@@ -103,6 +103,22 @@ def reap_orphans(root: Path) -> ReapReport:
     return report
 
 
+def live_processes(root: Path, owner_pid: int | None = None) -> int:
+    """Processes recorded under `root` by `owner_pid` (default: this process) that still run: the
+    MCP servers it holds, warm pool included (a worker's metrics). 0 where /proc is missing."""
+    pid = os.getpid() if owner_pid is None else owner_pid
+    owner = f"{pid}.{start_time(pid) or 0}"
+    count = 0
+    for ledger in _find_ledgers(root):
+        for entry in (ledger / owner).glob("*.json"):
+            try:
+                pids = json.loads(entry.read_text()).get("pids", [])
+            except (OSError, ValueError):
+                continue  # freed meanwhile
+            count += sum(1 for child, started in pids if started is not None and start_time(int(child)) == started)
+    return count
+
+
 def _find_ledgers(root: Path) -> list[Path]:
     found = []
     for depth in range(_SEARCH_DEPTH + 1):

@@ -13,8 +13,10 @@ import pytest
 from mcp_support import node_queues_of, wait_until
 from temporalio.client import Client
 
+from gymflow.activities.env import state_key
 from gymflow.activities.model import ModelConfig
 from gymflow.envs.contract import Message, Task, ToolSpec
+from gymflow.workers.reaper import moved
 from gymflow.workers.sdk.client import connect, start_rollout
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import running_worker
@@ -82,3 +84,11 @@ async def test_lost_node_is_detected_and_the_rollout_reinitialised_elsewhere(
     else:
         queues = await node_queues_of(client, handle.id)
         assert queues == [a.node_queue, a.node_queue, b.node_queue]  # the lost call, then the rerun on B
+    # What a node cut off meanwhile learns once it reaches the server again (gymflow.workers.reaper):
+    # the state it held (incarnation 0) moved; the one B holds now is the current one.
+    assert await moved(client, handle.id, state_key(handle.id, 0)) is True
+    assert await moved(client, handle.id, state_key(handle.id, 1)) is False
+    # Told its own queue, a node learns whether the latest init completed on it (an init cut off on A
+    # and retried on B keeps its state key): incarnation 1 is B's, so A holding it would be moved.
+    assert await moved(client, handle.id, state_key(handle.id, 1), b.node_queue) is False
+    assert await moved(client, handle.id, state_key(handle.id, 1), a.node_queue) is True

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import sys
 from typing import Any
 
@@ -31,6 +32,8 @@ def json_text(value: Any) -> str:
 
 
 def server(args: argparse.Namespace, settings: Settings) -> int:
+    if args.action == "setup":
+        return asyncio.run(server_setup(settings))
     if args.stop:
         stopped = embedded.stop_background(data_dir=settings.data_dir, port=args.port)
         print("server stopped" if stopped else f"no server runs on data dir {settings.data_dir}", file=sys.stderr)
@@ -46,6 +49,21 @@ def server(args: argparse.Namespace, settings: Settings) -> int:
     embedded.exec_foreground(data_dir=settings.data_dir, port=port, ui_port=ui_port)
 
 
+async def server_setup(settings: Settings) -> int:
+    """`gymflow server setup`: register gymflow's search attributes on the configured cluster (one you operate)."""
+    from gymflow.workers.sdk.client import connect
+
+    connection = settings.temporal_connection()
+    client = await connect(connection=connection, check_search_attributes=False)
+    added = await embedded.setup(client, connection)
+    where = f"namespace {connection.namespace} at {connection.address}"
+    if added:
+        print(f"registered {', '.join(added)} on {where}", file=sys.stderr)
+    else:
+        print(f"{where} has every gymflow search attribute already", file=sys.stderr)
+    return 0
+
+
 def codec_server(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
@@ -58,7 +76,8 @@ def codec_server(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     port = settings.web_ui_port
     origins = args.origins or [f"http://localhost:{port}", f"http://127.0.0.1:{port}"]
-    auth = settings.codec_auth.get_secret_value() if settings.codec_auth else None
+    # The value the temporal CLI sends (`--codec-auth`, TEMPORAL_CODEC_AUTH) unless gymflow's own is set.
+    auth = settings.codec_auth.get_secret_value() if settings.codec_auth else os.environ.get("TEMPORAL_CODEC_AUTH")
     app = codec_app(codec, origins=origins, authorization=auth)
     login = f"; browsers log in once at http://localhost:{args.port}/login" if auth else ""
     print(
@@ -228,11 +247,13 @@ def _deploy_with(launcher: Any, args: argparse.Namespace, settings: Settings) ->
         else:
             launcher.down_skypilot(args.cluster)
         return 0
+    connection = settings.temporal_connection()  # its credentials go as SkyPilot secrets and files
     spec = launcher.FleetSpec(
         nodes=args.nodes,
-        temporal_address=settings.temporal_address,
+        temporal_address=connection.address,
         task_queue=settings.task_queue,
-        namespace=settings.namespace,
+        namespace=connection.namespace,
+        connection=connection,
         roles=settings.worker_roles,
         infra=args.infra,
         cluster=args.cluster,

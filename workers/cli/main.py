@@ -19,21 +19,26 @@ from gymflow.workers import logs
 from gymflow.workers.cli import commands, exits
 from gymflow.workers.cli.envs import add_envs_args, run_envs
 from gymflow.workers.config import ROLES, Settings
+from gymflow.workers.connection import ConnectionOptions
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     overrides = {
         key: value
         for key, value in {
-            "temporal_address": getattr(args, "address", None),
             "task_queue": getattr(args, "task_queue", None),
             "data_dir": getattr(args, "data_dir", None),
             "ui_port": getattr(args, "ui_port", None),
             "worker_processes": getattr(args, "processes", None),
+            "metrics_port": getattr(args, "metrics_port", None),
             "worker_roles": getattr(args, "roles", None),
         }.items()
         if value is not None
     }
+    # The connection flags, over GYMFLOW_* and TEMPORAL_* variables and profiles (gymflow.workers.connection).
+    overrides["connection"] = ConnectionOptions(
+        **{name: getattr(args, name, None) for name in ConnectionOptions.__dataclass_fields__}
+    )
     try:
         return Settings(**overrides)
     except ValidationError as exc:
@@ -70,6 +75,11 @@ def _worker_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="worker processes on this node: N or `auto` (one per core); default 1 (GYMFLOW_WORKER_PROCESSES)",
     )
     p.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics at :PORT/metrics (GYMFLOW_METRICS_PORT; process i of --processes: PORT+i)",
+    )
+    p.add_argument(
         "--roles",
         help=f"roles to serve, comma-separated, of {','.join(ROLES)}; default all (GYMFLOW_WORKER_ROLES)",
     )
@@ -93,7 +103,7 @@ def _batch_args(parser: argparse.ArgumentParser, *, n: int) -> None:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--address", help="Temporal frontend host:port (GYMFLOW_TEMPORAL_ADDRESS)")
+    _connection_args(parser)
     parser.add_argument("--task-queue", help="shared task queue (GYMFLOW_TASK_QUEUE)")
     parser.add_argument("--data-dir", type=Path, help="server data directory (GYMFLOW_DATA_DIR)")
     parser.add_argument(
@@ -101,6 +111,25 @@ def _common(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="Web UI port (GYMFLOW_UI_PORT; default: what `gymflow server` recorded, else port + 1000)",
     )
+
+
+def _connection_args(parser: argparse.ArgumentParser) -> None:
+    """The `temporal` CLI's connection flags; each beats its variable and the profile (docs/guides/cluster.md)."""
+    g = parser.add_argument_group(
+        "Temporal connection",
+        "flags over GYMFLOW_TEMPORAL_ADDRESS / GYMFLOW_NAMESPACE, over TEMPORAL_* variables and the temporal.toml "
+        "profile, over localhost:7233",
+    )
+    g.add_argument("--address", help="frontend host:port (GYMFLOW_TEMPORAL_ADDRESS, TEMPORAL_ADDRESS)")
+    g.add_argument("--namespace", help="namespace (GYMFLOW_NAMESPACE, TEMPORAL_NAMESPACE)")
+    g.add_argument("--profile", help="temporal.toml profile (TEMPORAL_PROFILE; default: default)")
+    g.add_argument("--config-file", type=Path, help="temporal.toml path (TEMPORAL_CONFIG_FILE)")
+    g.add_argument("--api-key", help="API key, sent over TLS (TEMPORAL_API_KEY; prefer the variable or a profile)")
+    g.add_argument("--tls", action="store_true", default=None, help="use TLS (TEMPORAL_TLS; implied by the others)")
+    g.add_argument("--tls-ca-path", type=Path, help="server CA certificate (TEMPORAL_TLS_SERVER_CA_CERT_PATH)")
+    g.add_argument("--tls-cert-path", type=Path, help="client certificate for mTLS (TEMPORAL_TLS_CLIENT_CERT_PATH)")
+    g.add_argument("--tls-key-path", type=Path, help="client private key for mTLS (TEMPORAL_TLS_CLIENT_KEY_PATH)")
+    g.add_argument("--tls-server-name", help="TLS server name to verify (TEMPORAL_TLS_SERVER_NAME)")
 
 
 def _deploy_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -213,6 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("server", help="run the embedded Temporal server (UI on --port + 1000: 8233)")
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=["setup"],
+        help="setup: register gymflow's search attributes on the configured cluster (one you operate)",
+    )
     _common(p)
     p.add_argument("--port", type=int, help="frontend port (default: the port of --address, else 7233)")
     mode = p.add_mutually_exclusive_group()
@@ -284,6 +319,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logs.configure(fmt=args.log_format, level=logging.INFO if args.verbose else logging.WARNING)
     code = exits.run(lambda: _dispatch(args))
+    from gymflow.workers import tracing
+
+    tracing.flush()  # spans still batched: the console script leaves without interpreter teardown
     if argv is None:
         exits.leave(code)
     return code

@@ -28,6 +28,7 @@ from gymflow.workers.roles import COMMAND_ROLES
 from gymflow.workers.sdk import client as sdk
 from gymflow.workers.servers import temporal as embedded
 from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workers.tracing import client_interceptors
 from gymflow.workers.worker import running_worker
 from gymflow.workflows.schema import RolloutInput, RolloutLimits, RolloutResult
 
@@ -127,30 +128,39 @@ async def endpoint(env: str, policy: str) -> AsyncIterator[str]:
 
 
 async def connect_or_start(settings: Settings, *, start_server: bool, out: TextIO) -> Client:
-    """A client of the configured server; with `start_server`, start the embedded one if none answers."""
+    """A client of the configured cluster (gymflow.workers.connection: flags, GYMFLOW_*, TEMPORAL_* and
+    profiles); with `start_server`, start the embedded server if none answers at a local dev address.
 
+    A local dev server gets gymflow's search attributes registered; any other cluster only has them
+    checked (and the command refused, saying how to add them, when one is missing).
+    """
+    connection = settings.temporal_connection()
     converter = sdk.data_converter(settings)  # encryption / external storage, as configured
+    interceptors = client_interceptors(settings)  # tracing, when configured
 
     async def connect() -> Client:
-        return await sdk.connect(settings.temporal_address, namespace=settings.namespace, data_converter=converter)
+        return await sdk.connect(
+            connection=connection, data_converter=converter, interceptors=interceptors, check_search_attributes=False
+        )
 
+    if not connection.local_dev:  # a cluster: one dial, and its own error (TLS, credentials) at once
+        client = await connect()
+        await embedded.check_search_attributes(client, connection)
+        return client
     try:
         client = await embedded.wait_until_reachable(connect, timeout_s=1.0)
-    except ServerError:
+    except ServerError as exc:
         if not start_server:
-            raise ServerError(
-                f"no Temporal server at {settings.temporal_address}: start one with `gymflow server`"
-            ) from None
-        host, _, port = settings.temporal_address.rpartition(":")
-        if host not in {"localhost", "127.0.0.1"}:
-            raise
+            raise ServerError(str(exc.__cause__ or exc)) from None
         try:
-            pid = embedded.start_background(data_dir=settings.data_dir, port=int(port), ui_port=settings.web_ui_port)
+            pid = embedded.start_background(
+                data_dir=settings.data_dir, port=connection.port, ui_port=settings.web_ui_port
+            )
             print(f"started the embedded Temporal server (pid {pid}, data in {settings.data_dir})", file=out)
-        except ServerRunning as exc:
+        except ServerRunning as running:
             # The data dir's server serves another port (say so), or this one and is still starting
             # (another command started it a moment ago): then wait for it.
-            if exc.running is None or exc.running.port != int(port):
+            if running.running is None or running.running.port != connection.port:
                 raise
         client = await embedded.wait_until_reachable(connect, timeout_s=60.0)
     await embedded.register_search_attributes(client)

@@ -86,8 +86,9 @@ def dryrun_text(config: RunConfig, settings: Settings) -> str:
     from gymflow.deploy import training as backends
 
     run_id = config.run_id or ""
+    connection = settings.temporal_connection()
     env = {"GYMFLOW_RUN_ID": run_id, "GYMFLOW_RUN_SPEC": "<set at launch: runs/<run id>/run.json>",
-           "GYMFLOW_TEMPORAL_ADDRESS": settings.temporal_address, "GYMFLOW_NAMESPACE": settings.namespace,
+           "GYMFLOW_TEMPORAL_ADDRESS": connection.address, "GYMFLOW_NAMESPACE": connection.namespace,
            "GYMFLOW_TASK_QUEUE": settings.task_queue, **config.trainer.env}  # fmt: skip
     if config.trainer.backend == "skypilot":
         resources = config.trainer.resources.model_dump(exclude_none=True)

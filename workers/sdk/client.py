@@ -17,7 +17,7 @@ SDK applies them: payload encryption (gymflow.workers.servers.codec, `GYMFLOW_EN
 storage of large payloads in S3 (`GYMFLOW_PAYLOAD_STORAGE_URI`), so what S3 holds is encrypted
 too. Workers and clients of one deployment must agree on both.
 
-    client = await gymflow_client.connect("localhost:7233")
+    client = await gymflow_client.connect()   # TEMPORAL_* / temporal.toml profile / localhost:7233
     result = await gymflow_client.run_rollout(client, RolloutInput(env="math", task=task))
 """
 
@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import temporalio.api.common.v1
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, Interceptor, WorkflowFailureError, WorkflowHandle
 from temporalio.common import TypedSearchAttributes
 from temporalio.contrib.aws.s3driver import S3StorageDriver
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
@@ -43,12 +45,14 @@ from temporalio.converter import (
     JSONPlainPayloadConverter,
 )
 from temporalio.exceptions import ApplicationError
+from temporalio.runtime import Runtime
 
 from gymflow.activities.errors import INVALID_INPUT
 from gymflow.activities.storage import Boto3StorageDriverClient, parse_s3_uri, s3_client
 from gymflow.envs.contract import Task, Trajectory, Wire
 from gymflow.envs.errors import CodecKeyError
 from gymflow.workers.config import Settings
+from gymflow.workers.connection import CONNECT_TIMEOUT_S, Connection, ConnectionOptions, dial, resolve
 from gymflow.workers.logs import core_runtime
 from gymflow.workers.servers.codec import EncryptionCodec
 from gymflow.workflows import names
@@ -164,16 +168,79 @@ def data_converter(settings: Settings) -> DataConverter:
 
 
 async def connect(
-    address: str = "localhost:7233", *, namespace: str = "default", data_converter: DataConverter | None = None
+    address: str | None = None,
+    *,
+    namespace: str | None = None,
+    profile: str | None = None,
+    config_file: str | Path | None = None,
+    api_key: str | None = None,
+    tls: bool | None = None,
+    tls_ca_path: str | Path | None = None,
+    tls_cert_path: str | Path | None = None,
+    tls_key_path: str | Path | None = None,
+    tls_server_name: str | None = None,
+    data_converter: DataConverter | None = None,
+    connection: Connection | None = None,
+    interceptors: Sequence[Interceptor] = (),
+    runtime: Runtime | None = None,
+    check_search_attributes: bool = True,
+    timeout_s: float = CONNECT_TIMEOUT_S,
 ) -> Client:
     """A Temporal client with gymflow's data converter (or `data_converter(settings)`'s).
 
+    The cluster is found as every gymflow process finds it (gymflow.workers.connection): these
+    keywords (the CLI's flags) over `GYMFLOW_TEMPORAL_ADDRESS` / `GYMFLOW_NAMESPACE`, over the
+    `TEMPORAL_*` variables and the temporal.toml profile (`profile`, `config_file`), over
+    localhost:7233. mTLS and API keys come the same way. A resolved `connection` replaces them all.
+
+        client = await connect()                    # TEMPORAL_ADDRESS / the default profile / localhost
+        client = await connect(profile="cloud")     # a temporal.toml profile (mTLS or an API key)
+
+    On a cluster other than a local dev server it checks that gymflow's search attributes exist
+    (`check_search_attributes`), so a rollout is never refused later for want of one.
+
     Its runtime forwards the SDK core's log lines to the `temporalio.core` Python logger
     (gymflow.workers.logs), so they never reach stdout.
+
+    Raises:
+        gymflow.workers.connection.ConnectionFailed: The cluster cannot be reached or refused the
+            credentials (the message says which and what to fix), within `timeout_s`.
+        gymflow.workers.servers.temporal.MissingSearchAttributes: The cluster lacks gymflow's search attributes.
     """
-    return await Client.connect(
-        address, namespace=namespace, data_converter=data_converter or DATA_CONVERTER, runtime=core_runtime()
+    if connection is None:
+        options = ConnectionOptions(
+            address=address,
+            namespace=namespace,
+            profile=profile,
+            config_file=Path(config_file) if config_file is not None else None,
+            api_key=api_key,
+            tls=tls,
+            tls_ca_path=Path(tls_ca_path) if tls_ca_path is not None else None,
+            tls_cert_path=Path(tls_cert_path) if tls_cert_path is not None else None,
+            tls_key_path=Path(tls_key_path) if tls_key_path is not None else None,
+            tls_server_name=tls_server_name,
+        )
+        connection = resolve(
+            options,
+            gymflow_address=os.environ.get("GYMFLOW_TEMPORAL_ADDRESS") or None,
+            gymflow_namespace=os.environ.get("GYMFLOW_NAMESPACE") or None,
+        )
+    kwargs = connection.connect_kwargs()
+    client = await dial(
+        connection,
+        lambda: Client.connect(
+            **kwargs,
+            data_converter=data_converter or DATA_CONVERTER,
+            runtime=runtime or core_runtime(),
+            interceptors=list(interceptors),
+        ),
+        timeout_s=timeout_s,
     )
+    if check_search_attributes and not connection.local_dev:
+        from gymflow.workers.servers.temporal import check_search_attributes as check
+
+        await check(client, connection)
+    return client
 
 
 def rollout_id_for(task_id: str) -> str:

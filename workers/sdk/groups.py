@@ -158,10 +158,11 @@ class GymflowClient:
 
     @classmethod
     async def connect(
-        cls, address: str = "localhost:7233", *, namespace: str = "default", env: str | None = None,
+        cls, address: str | None = None, *, namespace: str | None = None, env: str | None = None,
         task_queue: str = names.TASK_QUEUE,
     ) -> GymflowClient:  # fmt: skip
-        """Connect with gymflow's data converter."""
+        """Connect with gymflow's data converter; the cluster as `gymflow.connect` finds it (address and
+        namespace given here, else GYMFLOW_* / TEMPORAL_* variables and the temporal.toml profile)."""
         return cls(await connect(address, namespace=namespace), env=env, task_queue=task_queue)
 
     def rollout_groups(

@@ -110,12 +110,14 @@ class SyncSessions:
     """Sessions for synchronous callers: one background thread runs an event loop and the client.
 
     Args:
-        address: Temporal frontend ``host:port``.
-        namespace: Temporal namespace.
+        address: Temporal frontend ``host:port`` (None: as `gymflow.connect` finds it).
+        namespace: Temporal namespace (None: likewise).
         task_queue: The gymflow workers' shared queue.
     """
 
-    def __init__(self, address: str, *, namespace: str = "default", task_queue: str = names.TASK_QUEUE) -> None:
+    def __init__(
+        self, address: str | None = None, *, namespace: str | None = None, task_queue: str = names.TASK_QUEUE
+    ) -> None:
         self.task_queue = task_queue
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="gymflow-sessions", daemon=True)

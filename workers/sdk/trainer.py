@@ -79,9 +79,9 @@ class TrainerSession:
             if name not in environ:
                 raise KeyError(f"{name} is not set: a trainer is started by `gymflow train launch`")
         settings = Settings()
-        client = await connect(
-            settings.temporal_address, namespace=settings.namespace, data_converter=data_converter(settings)
-        )
+        # GYMFLOW_TEMPORAL_ADDRESS / GYMFLOW_NAMESPACE from the launcher; TLS and API keys as every
+        # Temporal client finds them (TEMPORAL_*, temporal.toml: gymflow.workers.connection).
+        client = await connect(connection=settings.temporal_connection(), data_converter=data_converter(settings))
         uri = environ["GYMFLOW_RUN_SPEC"]
         raw = await open_store(base_of(uri), s3_endpoint_url=settings.s3_endpoint_url).get(uri)
         return cls(client, TrainerSpec.model_validate_json(raw), s3_endpoint_url=settings.s3_endpoint_url)

@@ -2,7 +2,10 @@
 
 Runs with a persistent SQLite file under the data dir (workflows survive a restart), the Web UI
 (on the frontend port + 1000 by default, 8233), and gymflow's search attributes registered at launch.
-Against an external server, `register_search_attributes` adds them through the operator service instead.
+Against an external server, `register_search_attributes` adds them through the operator service
+instead (`gymflow server setup`, for a cluster you operate); every gymflow process that dials a
+cluster other than a local dev server only checks them (`check_search_attributes`) and, when one
+is missing, says how to add it (Temporal Cloud registers them with `tcld`, not the operator API).
 
 One server per data dir: two servers on one SQLite file would corrupt each other's view of it, so
 the server process holds an exclusive flock on `<data dir>/server.lock` for its lifetime (taken
@@ -19,6 +22,7 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import shutil
 import signal
@@ -34,9 +38,11 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
+from temporalio.service import RPCError, RPCStatusCode
 
-from gymflow.envs.errors import ServerError, ServerRunning
+from gymflow.envs.errors import MissingSearchAttributes, ServerError, ServerRunning
 from gymflow.workers.config import SERVER_RECORD
+from gymflow.workers.connection import Connection
 from gymflow.workflows.names import SEARCH_ATTRIBUTES
 
 _DEV_SERVER_TYPES = {
@@ -64,6 +70,9 @@ on average half that interval before its workflow went on, which dominated a rol
 rollout at a time (docs/benchmarks.md). Idle, the reader waits for notifications as before. The same
 for the visibility queue cost server CPU under load and is left alone. The embedded server's
 settings only — a production cluster is tuned by its operators."""
+
+
+log = logging.getLogger(__name__)
 
 
 LOCK_FILE = "server.lock"
@@ -266,3 +275,75 @@ async def register_search_attributes(client: Client, keys: tuple[SearchAttribute
         await client.operator_service.add_search_attributes(
             AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
         )
+
+
+def search_attribute_commands(connection: Connection, missing: list[SearchAttributeKey]) -> list[str]:
+    """Commands that add `missing` to the connection's namespace: gymflow's, the temporal CLI's, tcld's."""
+    types = {k.name: _DEV_SERVER_TYPES[k.indexed_value_type] for k in missing}
+    where = f" --namespace {connection.namespace}" if connection.namespace != "default" else ""
+    profile = f" --profile {connection.profile}" if connection.profile else ""
+    temporal = " ".join(f"--name {n} --type {t}" for n, t in types.items())
+    cloud = " ".join(f'--sa "{n}={t}"' for n, t in types.items())
+    return [
+        f"gymflow server setup{profile}{where}",
+        f"temporal operator search-attribute create{profile}{where} {temporal}",
+        f"tcld namespace search-attributes add --namespace {connection.namespace} {cloud}   # Temporal Cloud",
+    ]
+
+
+async def missing_search_attributes(
+    client: Client, keys: tuple[SearchAttributeKey, ...] = SEARCH_ATTRIBUTES
+) -> list[SearchAttributeKey]:
+    """gymflow's search attributes the client's namespace lacks."""
+    existing = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace)
+    )
+    known = set(existing.custom_attributes) | set(existing.system_attributes)
+    return [k for k in keys if k.name not in known]
+
+
+async def check_search_attributes(client: Client, connection: Connection) -> None:
+    """Refuse a cluster that lacks gymflow's search attributes, saying how to add them.
+
+    A cluster that will not list them to this client (no operator permission) is let through with
+    a warning: a start that needs a missing one is refused by the server, naming it.
+
+    Raises:
+        MissingSearchAttributes: Some are missing; the message lists them and the commands that add them.
+    """
+    try:
+        missing = await missing_search_attributes(client)
+    except RPCError as exc:
+        if exc.status not in (RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNIMPLEMENTED):
+            raise
+        log.warning(
+            "cannot check the search attributes of this cluster",
+            extra={"address": connection.address, "namespace": connection.namespace, "error": exc.message},
+        )
+        return
+    if missing:
+        names = ", ".join(k.name for k in missing)
+        how = "\n  ".join(search_attribute_commands(connection, missing))
+        raise MissingSearchAttributes(
+            f"namespace {connection.namespace} at {connection.address} lacks gymflow's search attributes {names}; "
+            f"add them once (on a cluster you operate, the first does it all):\n  {how}"
+        )
+
+
+async def setup(client: Client, connection: Connection) -> list[str]:
+    """`gymflow server setup`: register gymflow's search attributes on the cluster; returns those added.
+
+    Raises:
+        ServerError: The cluster refused (Temporal Cloud, or no operator permission); says what to run instead.
+    """
+    missing = await missing_search_attributes(client)
+    if not missing:
+        return []
+    try:
+        await register_search_attributes(client)
+    except RPCError as exc:
+        how = search_attribute_commands(connection, missing)[-1]
+        raise ServerError(
+            f"{connection.address} refused to add search attributes ({exc.message}); on Temporal Cloud, run: {how}"
+        ) from None
+    return [k.name for k in missing]

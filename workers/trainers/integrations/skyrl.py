@@ -109,9 +109,10 @@ class GymflowTextEnv(BaseTextEnv):
         self.trajectory: Trajectory | None = None
         self._last: dict[str, Any] = {}
         settings = Settings()
+        connection = settings.temporal_connection()  # GYMFLOW_*, TEMPORAL_* and profiles (mTLS, API keys)
         self._sessions = sync_sessions(
-            self.config.temporal_address or settings.temporal_address,
-            self.config.namespace or settings.namespace,
+            self.config.temporal_address or connection.address,
+            self.config.namespace or connection.namespace,
             self.config.task_queue or settings.task_queue,
         )
 
