@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from gymflow.envs.contract import Wire
 
@@ -58,7 +58,23 @@ class Limits(Wire):
     nofile: int = Field(default=4096, ge=64)
     """Open files per process (capped at the worker's own hard limit)."""
     network: bool = False
-    """Whether the sandbox has a network; off, it has only its own loopback."""
+    """Whether the sandbox has the engine's network, unrestricted; off, it has only its own loopback
+    (or, with `network_allow`, only the destinations listed there)."""
+    network_allow: list[str] = Field(default_factory=list)
+    """Egress allowlist of a container: `host:port` (TCP) or `host` (any TCP port), host an IPv4
+    address or a name the worker resolves when the container starts (written to its /etc/hosts: there
+    is no DNS inside). Set, the container gets the engine's network, and every other destination is
+    refused by rules in its own network namespace, which it cannot change (no CAP_NET_ADMIN)."""
+
+    @model_validator(mode="after")
+    def _one_network_mode(self) -> Limits:
+        if self.network and self.network_allow:
+            raise ValueError("set either network (unrestricted) or network_allow (only those destinations), not both")
+        for entry in self.network_allow:
+            host, _, port = entry.rpartition(":") if ":" in entry else (entry, "", "")
+            if not host or (port and not (port.isdigit() and 0 < int(port) < 65536)):
+                raise ValueError(f"network_allow entry {entry!r} is not host or host:port")
+        return self
 
 
 class ExecResult(Wire):

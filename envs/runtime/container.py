@@ -5,8 +5,9 @@ A rollout's container:
 * runs the task's image on a root of its own whose writes are capped at `storage_mb`
   (gymflow.envs.runtime.disk explains why a loop-mounted filesystem: no quota support on these nodes);
 * has `--cpus`, `--memory` (= `--memory-swap`: no swap), `--pids-limit` and matching
-  `--ulimit nproc`, `no-new-privileges`, and `--network none` unless `Limits.network` (then the
-  engine's default network; a per-host allowlist is not implemented);
+  `--ulimit nproc`, `no-new-privileges`, and `--network none` unless `Limits.network` (the
+  engine's default network) or `Limits.network_allow` (that network, egress only to the listed
+  destinations: gymflow.envs.runtime.egress loads the rules before the container is handed out);
 * mounts nothing from the host but the rollout's workspace (`RolloutSpec.workspace_mount`), which
   lives on the same capped filesystem; the host path the caller names becomes a symlink to it;
 * keeps a `sleep infinity` under podman's init (catatonit reaps what commands leave behind); every
@@ -38,7 +39,7 @@ from pathlib import Path
 
 from gymflow.envs.errors import SandboxError, UserError
 from gymflow.envs.mcp.transport import server_env
-from gymflow.envs.runtime import owners
+from gymflow.envs.runtime import egress, owners
 from gymflow.envs.runtime.base import (
     DEFAULT_MAX_OUTPUT_BYTES,
     ExecResult,
@@ -285,19 +286,24 @@ class ContainerRuntime(Runtime):
             args += limit_flags(spec.limits)
             args += ["--security-opt", "no-new-privileges", "--hostname", "sandbox", "--workdir", workdir]
             args += ["-v", f"{disk.workspace}:{spec.workspace_mount}"]
+            allowed = await egress.resolve(spec.limits.network_allow) if spec.limits.network_allow else None
+            args += egress.host_flags(allowed or [])
             listed = config.get("Env")
             image_env = [e for e in listed if isinstance(e, str)] if isinstance(listed, list) else []
             for item in [*image_env, *(f"{k}={v}" for k, v in spec.env.items())]:
                 args += ["--env", item]
             # `--rootfs` is a switch: the root's path is the first positional argument, then the command.
             await self.engine.run([*args, "--rootfs", str(disk.root), *self.keepalive], timeout_s=START_TIMEOUT_S)
-            cgroup = await self.engine.run(["inspect", "--format", "{{.State.CgroupPath}}", name])
+            state = await self.engine.run(["inspect", "--format", "{{.State.CgroupPath}} {{.State.Pid}}", name])
+            cgroup, _, pid = state.stdout.strip().rpartition(" ")
+            if allowed is not None:  # before anything runs in it but its keepalive
+                await egress.apply(int(pid), allowed)
         except BaseException:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._discard(name, disk))
             raise
         sandbox = ContainerSandbox(
-            self, name=name, disk=disk, workdir=workdir, mount=spec.workspace_mount, cgroup=cgroup.stdout.strip()
+            self, name=name, disk=disk, workdir=workdir, mount=spec.workspace_mount, cgroup=cgroup
         )
         self._live[name] = sandbox
         return sandbox
@@ -351,4 +357,4 @@ def limit_flags(limits: Limits) -> list[str]:
     memory = f"{limits.memory_mb}m"
     flags = ["--cpus", f"{limits.cpus:g}", "--memory", memory, "--memory-swap", memory]
     flags += ["--pids-limit", str(limits.pids), "--ulimit", f"nproc={limits.pids}:{limits.pids}"]
-    return [*flags, "--network", "none"] if not limits.network else flags
+    return flags if limits.network or limits.network_allow else [*flags, "--network", "none"]

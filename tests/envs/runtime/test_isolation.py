@@ -6,8 +6,11 @@ import asyncio
 import uuid
 from pathlib import Path
 
+import pytest
 from mcp import Client
 
+from gymflow.envs.errors import SandboxError
+from gymflow.envs.runtime import egress
 from gymflow.envs.runtime.base import Limits, RolloutSpec
 from gymflow.envs.runtime.container import ContainerRuntime, ContainerSandbox
 from gymflow.envs.runtime.terminal import build_server
@@ -179,3 +182,66 @@ async def test_disk_filler_stops_at_storage_mb(runtime: ContainerRuntime, base_i
         assert sandbox.disk.image.stat().st_blocks * 512 <= LIMITS.storage_mb * 1024 * 1024
     finally:
         await sandbox.release()
+
+
+async def test_an_egress_allowlist_reaches_what_it_lists_and_nothing_else(
+    runtime: ContainerRuntime, base_image: str, tmp_path: Path
+) -> None:
+    if missing := egress.missing_tools():
+        pytest.skip(f"no {', '.join(missing)} on this node: {egress.INSTALL_HINT}")
+    reached: list[int] = []
+
+    async def serve() -> tuple[asyncio.Server, int]:
+        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            reached.append(writer.get_extra_info("sockname")[1])
+            writer.write(b"hello\n")
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(on_connect, "0.0.0.0", 0)
+        return server, server.sockets[0].getsockname()[1]
+
+    (allowed_server, allowed), (other_server, other) = await serve(), await serve()
+    inspect = await runtime.engine.run(
+        ["network", "inspect", "podman", "--format", "{{range .Subnets}}{{.Gateway}}{{end}}"]
+    )
+    gateway = inspect.stdout.strip()  # the host, as containers on the engine's network see it
+    rollout = uuid.uuid4().hex[:8]
+    limits = LIMITS.model_copy(update={"network_allow": [f"{gateway}:{allowed}"]})
+    spec = RolloutSpec(
+        rollout_id=rollout, node_id=runtime.node_id, workspace=str(tmp_path / rollout), limits=limits,
+        image=base_image, workdir="/app", workspace_mount="/logs",
+    )  # fmt: skip
+    sandbox = await runtime.start(spec)
+    try:
+        ok = await sandbox.exec(["bash", "-c", f"exec 3<>/dev/tcp/{gateway}/{allowed}; head -1 <&3"], timeout_s=30)
+        assert ok.exit_code == 0 and ok.stdout.strip() == "hello", ok
+        for target in (f"{gateway}/{other}", "151.101.2.132/80", "10.255.255.53/53", f"127.0.0.1/{allowed}"):
+            refused = await sandbox.exec(["bash", "-c", f"exec 3<>/dev/tcp/{target}"], timeout_s=30)
+            assert refused.exit_code != 0 and not refused.timed_out, (target, refused)
+        assert other not in reached
+        # The rules belong to the container's namespace, which it cannot change (no CAP_NET_ADMIN).
+        caps = await sandbox.exec(["sh", "-c", "grep CapEff /proc/self/status"], timeout_s=30)
+        assert not int(caps.stdout.split()[1], 16) & (1 << 12)  # CAP_NET_ADMIN
+    finally:
+        await sandbox.release()
+        for server in (allowed_server, other_server):
+            server.close()
+            await server.wait_closed()
+
+
+def test_an_allowlist_entry_is_checked_when_read() -> None:
+    with pytest.raises(ValueError, match="not host or host:port"):
+        Limits(network_allow=["example.org:http"])
+    with pytest.raises(ValueError, match="not both"):
+        Limits(network=True, network_allow=["10.0.0.1"])
+
+
+async def test_allowlist_names_resolve_on_the_worker_into_the_containers_hosts() -> None:
+    destinations = await egress.resolve(["localhost:8080", "10.1.2.3"])
+    assert egress.Destination("127.0.0.1", 8080, name="localhost") in destinations
+    assert egress.Destination("10.1.2.3", None) in destinations
+    assert egress.host_flags(destinations) == ["--add-host", "localhost:127.0.0.1"]
+    assert "-A OUTPUT -d 10.1.2.3/32 -p tcp -j ACCEPT" in egress.rules(destinations).splitlines()
+    with pytest.raises(SandboxError, match=r"cannot resolve 'no-such-host\.invalid'"):
+        await egress.resolve(["no-such-host.invalid:443"])
