@@ -125,7 +125,16 @@ def files(tmp: Path) -> None:
     (tmp / "nope.yaml").write_text(TRAIN_CONFIG.read_text().replace("env: math", "env: nope"))
 
 
-@pytest.mark.parametrize("name", list(CASES))
+DEFAULT = frozenset(
+    {
+        "eval/no-server", "worker/no-server", "eval/bad-env", "policy/bad-policy", "eval/bad-task-file",
+        "train/not-yaml", "inspect/unknown-id", "rollout/bad-setting", "rollout/ok",
+    }
+)  # fmt: skip
+"""One case of each kind runs by default; every case with `pytest -m slow` (each is a CLI process)."""
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in DEFAULT else pytest.mark.slow) for n in CASES])
 async def test_error_path(name: str, tmp_path: Path, temporal_address: str) -> None:
     case = CASES[name]
     files(tmp_path)

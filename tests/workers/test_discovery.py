@@ -59,6 +59,7 @@ def test_gymflow_envs_is_a_table_of_tasks_policies_tools_and_descriptions() -> N
     assert footer.startswith(f"({len(BUILTIN)} envs in ") and footer.endswith("details: gymflow envs show NAME)")
 
 
+@pytest.mark.slow  # six CLI runs; the table test stays in the default suite
 def test_gymflow_envs_json_and_show() -> None:
     listed = json.loads(cli("envs", "--json").stdout)
     assert [e["name"] for e in listed] == sorted(BUILTIN)

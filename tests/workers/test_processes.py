@@ -195,6 +195,7 @@ async def test_two_processes_run_rollouts_on_both_nodes_and_stop_cleanly(
         assert any(line.get("node") == node and line.get("event") == "worker polling" for line in lines), node
 
 
+@pytest.mark.slow  # kill -9 chaos
 @pytest.mark.timeout(240)
 async def test_a_killed_child_is_restarted_and_a_killed_supervisor_takes_its_children_along(
     client: Client, temporal_address: str, calculator_policy_url: str, tmp_path: Path

@@ -246,6 +246,7 @@ def codec_server(key: str, auth: str, origin: str) -> Any:
         process.wait(timeout=30)
 
 
+@pytest.mark.slow  # the codec itself: tests/workers/test_codec.py; the browser: the other tests here
 async def test_encrypted_rollout_is_read_through_the_codec_server_with_auth(
     client: Client, web_ui: str, temporal_address: str, calculator_policy_url: str, tmp_path: Path
 ) -> None:

@@ -181,6 +181,7 @@ async def test_terminated_rollout_is_freed_by_the_reaper(client: Client, tmp_pat
                    after_poll_s=round(freed_s, 2))  # fmt: skip
 
 
+@pytest.mark.slow  # waits out a rollout's timeout
 async def test_timed_out_rollout_is_freed_by_the_reaper(client: Client, tmp_path: Path) -> None:
     model = SlowModel(CalculatorPolicy())
     settings = make_settings(tmp_path, reap_interval_s=1.0)

@@ -9,6 +9,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from dataset_support import ScriptedModel, ScriptedServer, by_share
 from temporalio.client import Client
 
@@ -28,6 +29,7 @@ def recorded_calls(out: Path) -> dict[str, float]:
     return {p.name: json.loads(p.read_bytes())["stored_at"] for p in out.glob("work/*/calls/*.json")}
 
 
+@pytest.mark.slow  # waits out model timeouts
 async def test_model_path_good_bad_garbage_and_timeouts(client: Client, worker: RunningWorker, tmp_path: Path) -> None:
     scripted = ScriptedModel(
         decide=by_share(good=0.6, bad=0.15, garbage=0.15, hang=0.1),

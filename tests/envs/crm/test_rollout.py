@@ -9,6 +9,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 
 from gymflow.envs.builtin.crm import db
@@ -53,6 +54,7 @@ async def test_injections_and_writes_in_a_rollout_change_nothing(client: Client,
     assert db.digest(env.database(0)) == db.digest(fresh)
 
 
+@pytest.mark.slow  # a whole CLI eval with a baseline; reference rollouts score 1 by default below
 def test_eval_crm_reference_vs_null(temporal_address: str, tmp_path: Path) -> None:
     out_dir = tmp_path / "report"
     command = [

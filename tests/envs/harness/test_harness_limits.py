@@ -154,6 +154,7 @@ async def test_a_program_that_cannot_start_is_an_infra_failure(
     assert result.reward is None and "no-such-agent-program" in (result.error or "")
 
 
+@pytest.mark.slow  # a rolling restart under a program
 async def test_a_worker_shutting_down_under_a_program_moves_the_rollout(
     client: Client, temporal_address: str, upstream: PolicyServer, tmp_path: Path
 ) -> None:

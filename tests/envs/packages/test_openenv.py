@@ -13,6 +13,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
 from interop_support import Driver, gymflow_eval, record_of, require, run_reference, tool_calls
 from temporalio.client import Client
 
@@ -39,6 +40,7 @@ async def test_openenv_env_through_gymflow_eval(client: Client, temporal_address
     assert all(0.5 < r <= 1.0 for r in returns)  # 1 for the right guess, -0.05 per wrong one
 
 
+@pytest.mark.slow  # in-process exporter; `gymflow envs serve` driven by OpenEnv's client stays default
 async def test_openenv_client_drives_a_gymflow_env(client: Client, worker: RunningWorker) -> None:
     require("oe")
     task = Task(id="miles-3", prompt="How many km is 3 miles?", ground_truth=3 * 1.609344)

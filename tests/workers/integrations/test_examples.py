@@ -28,6 +28,7 @@ def test_the_docs_include_the_example(path: Path) -> None:
     assert f'--8<-- "{path.relative_to(ROOT)}"' in pages
 
 
+@pytest.mark.slow  # the example's groups, end to end; the groups API is covered by tests/workers/test_groups.py
 async def test_stream_groups_example(worker: RunningWorker, temporal_address: str) -> None:
     async with PolicyServer(CalculatorPolicy()) as server:
         used = await train_on_groups(temporal_address, server.url, task_queue=worker.task_queue)
