@@ -75,6 +75,7 @@ def test_ui_port_is_taken_from_the_server_record(tmp_path: Path, monkeypatch: py
     )
 
 
+@pytest.mark.slow  # starts a whole server with its UI
 def test_server_ui_port_reaches_the_ui_and_the_codec_server(tmp_path: Path) -> None:
     port, ui_port = free_port(), free_port()
     data = tmp_path / "data"

@@ -52,6 +52,7 @@ def test_generate_and_show(temporal_address: str, tmp_path: Path) -> None:
     assert missing.returncode == 2 and last.startswith("gymflow: ") and "does not exist" in last
 
 
+@pytest.mark.slow  # 200 documents through the CLI; the generator's questions: tests/envs/datagen
 def test_a_plain_corpus_of_200_towns(temporal_address: str, tmp_path: Path) -> None:
     """The issue's case: 200 short articles without links between them beyond twin towns."""
     corpus = tmp_path / "towns"

@@ -114,6 +114,7 @@ def eval_json(temporal_address: str, tmp_path: Path, *args: str) -> dict[str, ob
     return json.loads((tmp_path / "report" / "report.json").read_text())
 
 
+@pytest.mark.slow  # a whole CLI eval; the policy names are checked by the table test
 def test_eval_search_with_the_common_reference_policy(temporal_address: str, tmp_path: Path) -> None:
     report = eval_json(temporal_address, tmp_path, "search", "--policy", "reference", "--n", "6")
     policy = report["policy"]

@@ -56,7 +56,7 @@ def _log_lines(stderr: str) -> list[dict[str, Any]]:
     return found
 
 
-@pytest.mark.parametrize("command", ["rollout", "eval"])
+@pytest.mark.parametrize("command", [pytest.param("rollout", marks=pytest.mark.slow), "eval"])  # one CLI run by default
 async def test_json_stdout_is_pure_while_core_sdk_and_gymflow_warn(
     command: str, temporal_address: str, calculator_policy_url: str, tmp_path: Path
 ) -> None:

@@ -25,6 +25,7 @@ def test_registered_with_baselines() -> None:
         SheetsEnv.baseline_policy("oracle")
 
 
+@pytest.mark.slow  # every task twice; reference rollouts score 1 in tests/envs/sheets/test_rollout.py
 @pytest.mark.usefixtures("code_runs")
 async def test_reference_scores_one_and_null_zero(sheets_env: SheetsEnv, tasks: list[Task]) -> None:
     picked = [tasks[i] for i in (0, 1, 5, 7)]  # aggregate, lookup, sort, names: formula and value answers
