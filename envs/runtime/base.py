@@ -30,6 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -251,3 +254,59 @@ async def feed_stdin(process: asyncio.subprocess.Process, data: bytes | None) ->
             await process.stdin.drain()
         process.stdin.close()
         await process.stdin.wait_closed()
+
+
+async def collect(
+    process: asyncio.subprocess.Process, stdin: bytes | None, out: Sink, err: Sink, timeout_s: float
+) -> bool:
+    """Feed `stdin`, drain both streams and wait for the exit; True when `timeout_s` ran out first."""
+    try:
+        await asyncio.wait_for(
+            asyncio.gather(feed_stdin(process, stdin), drain(process.stdout, out), drain(process.stderr, err)),
+            timeout_s,
+        )
+        await process.wait()
+    except TimeoutError:
+        return True
+    return False
+
+
+async def run_on_host(
+    argv: Sequence[str],
+    *,
+    cwd: str | Path | None,
+    env: Mapping[str, str],
+    stdin: bytes | None,
+    timeout_s: float,
+    max_output_bytes: int,
+) -> ExecResult:
+    """`argv` as a session of its own on the worker's host; on a timeout (or cancellation) its whole
+    process group is killed. The process and bwrap runtimes' `exec`."""
+    started = time.monotonic()
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=cwd,
+        env=dict(env),
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    out, err = CappedOutput(max_output_bytes), CappedOutput(max_output_bytes)
+    timed_out = False
+    try:
+        timed_out = await collect(process, stdin, out, err, timeout_s)
+    finally:
+        if process.returncode is None:  # under bwrap, --die-with-parent takes the sandbox's processes along
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+    code = process.returncode
+    return ExecResult(
+        exit_code=None if timed_out else (128 - code if code is not None and code < 0 else code),
+        stdout=out.text(),
+        stderr=err.text(),
+        timed_out=timed_out,
+        truncated=out.truncated or err.truncated,
+        duration_s=time.monotonic() - started,
+    )

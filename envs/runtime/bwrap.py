@@ -19,12 +19,9 @@ than copying it. Unlike the container runtime it runs no image: `RolloutSpec.ima
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import os
 import shutil
-import signal
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -35,15 +32,13 @@ from gymflow.envs.mcp.transport import server_env
 from gymflow.envs.mcp.workspace import resolve_inside
 from gymflow.envs.runtime.base import (
     DEFAULT_MAX_OUTPUT_BYTES,
-    CappedOutput,
     ExecResult,
     Limits,
     RolloutSpec,
     Runtime,
     Sandbox,
     StdioCommand,
-    drain,
-    feed_stdin,
+    run_on_host,
 )
 
 UID_BASE = 1_200_000
@@ -107,42 +102,17 @@ class BwrapSandbox(Sandbox):
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> ExecResult:
-        started = time.monotonic()
         try:
             full = self.wrap(argv, cwd=cwd)
         except confine.SandboxUnavailable as exc:
             raise SandboxError(str(exc)) from exc
-        process = await asyncio.create_subprocess_exec(
-            *full,
+        return await run_on_host(
+            full,
+            cwd=None,
             env=server_env({**self.env, **(env or {})}),
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-        )
-        out, err = CappedOutput(max_output_bytes), CappedOutput(max_output_bytes)
-        timed_out = False
-        try:
-            await asyncio.wait_for(
-                asyncio.gather(feed_stdin(process, stdin), drain(process.stdout, out), drain(process.stderr, err)),
-                timeout_s,
-            )
-            await process.wait()
-        except TimeoutError:
-            timed_out = True
-        finally:
-            if process.returncode is None:  # bwrap --die-with-parent takes the sandbox's processes along
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                await process.wait()
-        code = process.returncode
-        return ExecResult(
-            exit_code=None if timed_out else (128 - code if code is not None and code < 0 else code),
-            stdout=out.text(),
-            stderr=err.text(),
-            timed_out=timed_out,
-            truncated=out.truncated or err.truncated,
-            duration_s=time.monotonic() - started,
+            stdin=stdin,
+            timeout_s=timeout_s,
+            max_output_bytes=max_output_bytes,
         )
 
     def stdio_command(

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from gymflow.envs.errors import SandboxError
-from gymflow.envs.runtime.base import DEFAULT_MAX_OUTPUT_BYTES, CappedOutput, ExecResult, drain, feed_stdin
+from gymflow.envs.runtime.base import DEFAULT_MAX_OUTPUT_BYTES, CappedOutput, ExecResult, collect
 from gymflow.envs.runtime.engine import Engine, client_dir, kill_session
 
 MARK = b"\x1egymflow-pid:"
@@ -141,13 +141,7 @@ class ContainerExec:
         out, err = CappedOutput(max_output_bytes), PidSniffer(max_output_bytes)
         timed_out = False
         try:
-            await asyncio.wait_for(
-                asyncio.gather(feed_stdin(process, stdin), drain(process.stdout, out), drain(process.stderr, err)),
-                timeout_s,
-            )
-            await process.wait()
-        except TimeoutError:
-            timed_out = True
+            timed_out = await collect(process, stdin, out, err, timeout_s)
         finally:
             err.finish()
             if process.returncode is None:
