@@ -40,13 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.activities.storage import Store, open_store
+from gymflow.activities.training_schema import DatasetConfig
 from gymflow.envs.contract import Task
 from gymflow.envs.datagen.format import tasks_from_jsonl
 from gymflow.envs.errors import BundleError, DatasetError, StorageError
 from gymflow.envs.packages.env import PackageEnv
 from gymflow.envs.packages.store import RECORD, PackageRecord, bundled_name, find_package
 from gymflow.envs.registry import env_class, is_env_file
-from gymflow.workflows.training_schema import DatasetConfig
 
 BUNDLED_PACKAGES = "env_packages"
 """The bundle's directory of env packages."""

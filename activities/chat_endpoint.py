@@ -16,7 +16,7 @@ import time
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -24,9 +24,6 @@ import aiohttp
 from gymflow.activities.errors import CONTEXT_LENGTH, non_retryable, retryable
 from gymflow.activities.heartbeat import with_heartbeats
 from gymflow.envs.contract import Usage
-
-if TYPE_CHECKING:
-    from gymflow.activities.model import ModelConfig
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
 _CONTEXT_MARKERS = (
@@ -177,33 +174,6 @@ class ChatEndpoint:
     def scrub(self, text: str) -> str:
         """Remove the API key from text that may end up in an error (servers echo headers)."""
         return text.replace(self._api_key, "***") if self._api_key else text
-
-
-def chat_body(
-    config: ModelConfig, messages: list[dict[str, Any]], *, default_model: str = "", tools: Any = None
-) -> dict[str, Any]:
-    """A chat completion request: messages, model name, tools, the sampling settings that are set,
-    and `ModelConfig.extra_body` merged in last."""
-    body: dict[str, Any] = {"messages": messages}
-    model = config.model or default_model
-    if model:  # vLLM and SGLang serve their only model when none is named
-        body["model"] = model
-    if tools is not None:
-        body["tools"] = tools
-    sampling = {
-        "temperature": config.temperature,
-        "top_p": config.top_p,
-        "max_tokens": config.max_tokens,
-        "seed": config.seed,
-        "stop": config.stop,
-    }
-    body.update((key, value) for key, value in sampling.items() if value is not None)
-    if config.tokens != "off":
-        body.update(logprobs=True, top_logprobs=0, return_token_ids=True)
-        if config.tokens == "vllm":
-            body["return_tokens_as_token_ids"] = True
-    body.update(config.extra_body)
-    return body
 
 
 def completion_usage(completion: dict[str, Any]) -> Usage:

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from gymflow.activities.training_schema import EvalSummary
 from gymflow.envs.contract import Trajectory
 from gymflow.envs.errors import StatsError
 from gymflow.envs.eval.stats import Bootstrap, group_by_task, mean_ci, probability_of_improvement
-from gymflow.workflows.training_schema import EvalSummary
 
 
 def _scores(trajectories: list[Trajectory]) -> dict[str, list[float]]:

@@ -33,9 +33,9 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
-from gymflow.activities.chat_endpoint import ChatEndpoint, chat_body
+from gymflow.activities.chat_endpoint import ChatEndpoint
 from gymflow.activities.judge import JUDGE_ENDPOINT
-from gymflow.activities.model import MODEL_ENDPOINT, ModelConfig
+from gymflow.activities.model import MODEL_ENDPOINT, ModelConfig, chat_body
 from gymflow.activities.storage import Store
 from gymflow.envs.errors import StorageError
 

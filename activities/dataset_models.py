@@ -1,6 +1,6 @@
 """Inputs and results of the dataset activities, and the generation options they share.
 
-Kept apart from the activities so the workflow side (`gymflow.workflows.schema`, the sandbox) imports
+Kept apart from the activities so the workflow side (`gymflow.activities.schema`, the sandbox) imports
 plain models only.
 """
 

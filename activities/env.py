@@ -47,15 +47,14 @@ from gymflow.envs.contract import (
     BaseEnv,
     Message,
     Reward,
-    TerminationReason,
     ToolResult,
     Trajectory,
     json_bytes,
 )
-from gymflow.envs.errors import EnvFileError, InfraError, RolloutNotFound, ToolError, UnknownEnvError
+from gymflow.envs.errors import EnvFileError, InfraError, RewardError, RolloutNotFound, ToolError, UnknownEnvError
 from gymflow.envs.harness.env import ProgramEnv
 from gymflow.envs.registry import env_class, storage_name
-from gymflow.workers.admission import Admission, Step
+from gymflow.envs.runtime.admission import Admission, Step
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -234,8 +233,8 @@ class EnvActivities:
         except InfraError as exc:
             # A reward machinery that ran and could not score (a Harbor verifier that crashed or timed
             # out) ends the rollout reward_error; any other infra failure (the state is gone) is recovered.
-            kind = errors.REWARD_ERROR if getattr(exc, "termination", None) == TerminationReason.REWARD_ERROR else None
-            raise errors.non_retryable(str(exc), type=kind or errors.ENV_ERROR) from exc
+            kind = errors.REWARD_ERROR if isinstance(exc, RewardError) else errors.ENV_ERROR
+            raise errors.non_retryable(str(exc), type=kind) from exc
         except ApplicationError:
             raise  # typed by its own boundary (a judge endpoint, storage)
         except (ValidationError, ValueError, TypeError) as exc:

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from gymflow.envs.contract import EnvPackageRef, Message, Task, ToolCall, ToolSpec, Wire
 from gymflow.envs.harness.env import HarnessInfo
-from gymflow.envs.rewards.rubric import Rubric
+from gymflow.envs.wire.rubric import Rubric
 
 
 class InitRolloutInput(Wire):

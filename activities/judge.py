@@ -18,7 +18,7 @@ same failure mapping under the judge's own error types (`gymflow.activities.erro
   ``non_retryable_error_types`` instead.
 
 Judges are usually shared, rate-limited APIs. Schedule this activity on its own task queue
-(`gymflow.workflows.names.JUDGE_TASK_QUEUE`) and poll that queue with workers built by
+(`gymflow.activities.names.JUDGE_TASK_QUEUE`) and poll that queue with workers built by
 `gymflow.workers.judge_worker.judge_worker`, which sets ``max_task_queue_activities_per_second``: a limit
 the Temporal server enforces for the queue as a whole, so it holds however many judge workers
 run (each worker's own ``max_activities_per_second`` would multiply with their number).
@@ -26,19 +26,19 @@ run (each worker's own ``max_activities_per_second`` would multiply with their n
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 from pydantic import Field
 from temporalio import activity
 
-from gymflow.activities.chat_endpoint import ChatEndpoint, EndpointErrors, chat_body, completion_usage
+from gymflow.activities.chat_endpoint import ChatEndpoint, EndpointErrors, completion_usage
 from gymflow.activities.errors import JUDGE_ERROR, JUDGE_REJECTED, JUDGE_REPLY_INVALID, retryable
-from gymflow.activities.model import ModelConfig
+from gymflow.activities.model import ModelConfig, chat_body
 from gymflow.envs.contract import Message, Reward, Usage, Wire
 from gymflow.envs.errors import JudgeParseError
 from gymflow.envs.rewards.judge import JudgeVerdict, OutOfRange, parse_judge_reply, render_judge_prompt, verdict_reward
-from gymflow.envs.rewards.rubric import Rubric
+from gymflow.envs.wire.rubric import Rubric
 
 JUDGE_ENDPOINT = EndpointErrors(
     retryable=JUDGE_ERROR,
@@ -47,6 +47,21 @@ JUDGE_ENDPOINT = EndpointErrors(
     url_source="JudgeInput.model.base_url or the judge worker's default URL",
 )
 _EXCERPT_CHARS = 300
+
+
+class JudgeConfig(Wire):
+    """How a rollout is judged."""
+
+    rubric: Rubric | None = None
+    """The criteria; None uses the env's rubric for the task."""
+    model: ModelConfig = Field(default_factory=lambda: ModelConfig(temperature=0.0))
+    """Judge endpoint and sampling; base_url None uses the worker's GYMFLOW_JUDGE_URL."""
+    weight: float = Field(default=1.0, ge=0)
+    """Weight of the judge's total in the rollout's reward."""
+    combine: Literal["add", "replace"] = "add"
+    """`add`: env total + weight x judge total; `replace`: weight x judge total alone."""
+    attempts: int = Field(default=3, ge=1, le=20)
+    """Judge calls at most (retryable failures: connection, 429, 5xx, unusable replies)."""
 
 
 class JudgeInput(Wire):

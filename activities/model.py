@@ -27,7 +27,7 @@ import aiohttp
 from pydantic import Field
 from temporalio import activity
 
-from gymflow.activities.chat_endpoint import ChatEndpoint, EndpointErrors, chat_body, completion_usage
+from gymflow.activities.chat_endpoint import ChatEndpoint, EndpointErrors, completion_usage
 from gymflow.activities.errors import MODEL_ERROR, MODEL_REJECTED, non_retryable
 from gymflow.envs.contract import Message, ToolSpec, Usage, Wire, json_bytes
 from gymflow.envs.wire import chat
@@ -75,6 +75,33 @@ class ModelConfig(Wire):
     """Run each turn as a local activity of the workflow's worker: one server round trip per turn
     fewer and no conversation in history, for short turns. A generation then holds a workflow task
     slot while it runs, and stopping a worker waits for its in-flight turns (gymflow.workflows.rollout)."""
+
+
+def chat_body(
+    config: ModelConfig, messages: list[dict[str, Any]], *, default_model: str = "", tools: Any = None
+) -> dict[str, Any]:
+    """A chat completion request: messages, model name, tools, the sampling settings that are set,
+    and `ModelConfig.extra_body` merged in last."""
+    body: dict[str, Any] = {"messages": messages}
+    model = config.model or default_model
+    if model:  # vLLM and SGLang serve their only model when none is named
+        body["model"] = model
+    if tools is not None:
+        body["tools"] = tools
+    sampling = {
+        "temperature": config.temperature,
+        "top_p": config.top_p,
+        "max_tokens": config.max_tokens,
+        "seed": config.seed,
+        "stop": config.stop,
+    }
+    body.update((key, value) for key, value in sampling.items() if value is not None)
+    if config.tokens != "off":
+        body.update(logprobs=True, top_logprobs=0, return_token_ids=True)
+        if config.tokens == "vllm":
+            body["return_tokens_as_token_ids"] = True
+    body.update(config.extra_body)
+    return body
 
 
 class GenerateInput(Wire):

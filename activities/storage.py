@@ -27,7 +27,7 @@ from gymflow.envs.contract import Task, Trajectory, Wire
 from gymflow.envs.datagen.format import tasks_from_jsonl, to_jsonl
 from gymflow.envs.errors import DatasetError, StorageError
 from gymflow.envs.registry import dataset_page, page_of
-from gymflow.workers.admission import Admission
+from gymflow.envs.runtime.admission import Admission
 
 
 class Store(ABC):

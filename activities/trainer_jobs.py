@@ -1,6 +1,6 @@
 """The trainer boundary: launch the run's trainer, watch it, stop it, tear the run down.
 
-Launch is idempotent by run id through the backends of gymflow.deploy.training (a local process recorded
+Launch is idempotent by run id through the backends of gymflow.activities.trainer_backends (a local process recorded
 before it starts; a SkyPilot job found in its cluster's queue before one is submitted). Watching is
 a heartbeating activity that returns when the trainer ends or after a slice of time, so a killed
 worker's watch resumes on another worker within the heartbeat timeout and the workflow gets a point
@@ -20,12 +20,11 @@ from typing import Any
 
 from temporalio import activity
 
-from gymflow.activities import errors
+from gymflow.activities import errors, names
+from gymflow.activities import trainer_backends as backends
 from gymflow.activities.training_checks import resources
-from gymflow.deploy import training as backends
+from gymflow.activities.training_schema import LaunchRecord, PreparedRun, RunConfig
 from gymflow.envs.contract import Wire
-from gymflow.workflows import names
-from gymflow.workflows.training_schema import LaunchRecord, PreparedRun, RunConfig
 
 HEARTBEAT_EVERY_S = 1.0
 

@@ -3,7 +3,7 @@ bundle and upload what the trainer needs, compare checkpoints with the baseline,
 manifest. Launching, watching and stopping the trainer is gymflow.activities.trainer_jobs.
 
 Each activity is idempotent by run id: storage keys are content-addressed or per run, and the
-backends (gymflow.deploy.training) find a job they started before instead of starting another. Watching is
+backends (gymflow.activities.trainer_backends) find a job they started before instead of starting another. Watching is
 a heartbeating activity that returns when the trainer ends or after a slice of time, so a killed
 worker's watch is picked up by another within the heartbeat timeout, and the workflow gets a point
 to continue as new. Failures that retrying cannot fix (a bad config, a trainer that failed) are
@@ -27,17 +27,17 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from gymflow.activities import errors
+from gymflow.activities import trainer_backends as backends
 from gymflow.activities.bundle import Bundle, build_bundle, read_splits, sha256
 from gymflow.activities.comparison import compare_batches
 from gymflow.activities.model import ModelConfig
 from gymflow.activities.storage import open_store, read_trajectories
 from gymflow.activities.training_checks import check_config
-from gymflow.deploy import training as backends
+from gymflow.activities.training_schema import CheckpointReport, EvalSummary, PreparedRun, RunConfig, TrainerSpec
 from gymflow.envs.contract import BaseEnv, Task, Wire
 from gymflow.envs.datagen.format import to_jsonl
 from gymflow.envs.errors import BundleError, DatasetError, StorageError
 from gymflow.envs.registry import env_class
-from gymflow.workflows.training_schema import CheckpointReport, EvalSummary, PreparedRun, RunConfig, TrainerSpec
 
 SERVICE_START_S = 60.0
 

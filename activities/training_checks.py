@@ -15,12 +15,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from gymflow.deploy import training as backends
+from gymflow.activities import trainer_backends as backends
+from gymflow.activities.training_schema import RunConfig
 from gymflow.envs.contract import BaseEnv
 from gymflow.envs.errors import EnvFileError, UnknownEnvError
 from gymflow.envs.packages.store import check_pins, normalise
 from gymflow.envs.registry import env_class
-from gymflow.workflows.training_schema import RunConfig
 
 
 def check_config(config: RunConfig, *, require_skypilot: bool = True) -> list[str]:

@@ -42,8 +42,9 @@ from bench.procs import Procs, load, start_policy, start_server, start_worker
 from bench.scale_model import Assumptions, heartbeats_per_turn
 from bench.workload import ENV_NAME, bench_task, endpoint
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RolloutInput, RolloutLimits
+from gymflow.workers.client import connect
 from gymflow.workers.sdk import client as sdk
-from gymflow.workflows.schema import RolloutInput, RolloutLimits
 
 OUT = Path(__file__).resolve().parent / "out"
 QUEUE = "bench-actions"
@@ -198,7 +199,7 @@ async def run(tool_turns: int, probe: list[float]) -> dict[str, Any]:
         address = await start_server(procs, work / "server", extra_args=[])
         await start_worker(procs, "gymflow", mode="gymflow", address=address, task_queue=QUEUE)
         policy = await start_policy(procs)
-        client = await sdk.connect(address)
+        client = await connect(address)
         plans = await count_plans(client, policy, tool_turns=tool_turns, task_queue=QUEUE, plans=PLANS)
         report: dict[str, Any] = {"tool_turns": tool_turns, "load": load(), "plans": plans}
         if probe:

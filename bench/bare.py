@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from bench.direct import DirectRun, DirectRunner
     from bench.workload import bench_task
     from gymflow.activities.model import ModelConfig
-    from gymflow.workflows.names import SA_REWARD, SA_STATUS
+    from gymflow.activities.names import SA_REWARD, SA_STATUS
 
 BARE_WORKFLOW = "BenchBareWorkflow"
 TIMEOUT = timedelta(seconds=60)

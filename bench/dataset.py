@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.procs import ROOT, Procs, free_port, load, measured, start_server
-from gymflow.activities.chat_endpoint import ChatEndpoint, chat_body
+from gymflow.activities.chat_endpoint import ChatEndpoint
 from gymflow.activities.dataset_models import DatasetSource, GenerationOptions
 from gymflow.activities.judge import JUDGE_ENDPOINT
-from gymflow.activities.model import MODEL_ENDPOINT, ModelConfig
+from gymflow.activities.model import MODEL_ENDPOINT, ModelConfig, chat_body
 from gymflow.envs.builtin.search.sample import write_sample_corpus
 from gymflow.envs.contract import Task
 from gymflow.envs.datagen import format as fmt
@@ -158,9 +158,9 @@ async def direct(corpus: Path, out: Path, *, n: int, options: GenerationOptions,
 async def gymflow(
     client: Any, queue: str, corpus: Path, out: Path, *, n: int, options: GenerationOptions, batch: int, window: int
 ) -> tuple[int, dict[str, Any]]:
+    from gymflow.activities.names import dataset_queue
+    from gymflow.activities.schema import DatasetInput
     from gymflow.workflows.dataset import DatasetGenerationWorkflow
-    from gymflow.workflows.names import dataset_queue
-    from gymflow.workflows.schema import DatasetInput
 
     input = DatasetInput(source=DatasetSource(kind="corpus", location=str(corpus)), n=n, out=str(out),
                          options=options, batch_size=batch, window=window)  # fmt: skip
@@ -181,7 +181,7 @@ def serve_model(port: int, delay_ms: float) -> None:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from gymflow.workers.sdk import client as sdk
+    from gymflow.workers.client import connect
 
     work = Path(tempfile.mkdtemp(prefix="bench-dataset-"))
     corpus = work / "corpus"
@@ -208,7 +208,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             env=env,
             log=work / "worker.log",
         )
-        client = await sdk.connect(address)
+        client = await connect(address)
         await asyncio.sleep(0)  # the worker polls by the time the first workflow task is scheduled
         for generator in ("offline", "model"):
             options = options_for(generator, url)

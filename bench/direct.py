@@ -15,9 +15,9 @@ import asyncio
 import uuid
 from dataclasses import dataclass
 
-from gymflow.activities.chat_endpoint import ChatEndpoint, chat_body
+from gymflow.activities.chat_endpoint import ChatEndpoint
 from gymflow.activities.env import truncate
-from gymflow.activities.model import MODEL_ENDPOINT, ModelConfig
+from gymflow.activities.model import MODEL_ENDPOINT, ModelConfig, chat_body
 from gymflow.envs.contract import BaseEnv, Message, Task, ToolResult, ToolSpec
 from gymflow.envs.wire import chat
 

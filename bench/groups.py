@@ -37,9 +37,9 @@ from bench.procs import Procs, load, start_policy, start_server, start_worker  #
 from bench.scenarios import BARE, DIRECT, Bench, Runner, batch, side_by_side  # noqa: E402
 from bench.workload import ENV_NAME, BenchEnv, bench_task, endpoint  # noqa: E402
 from gymflow.activities.model import ModelConfig  # noqa: E402
-from gymflow.workers.sdk import client as sdk  # noqa: E402
+from gymflow.activities.schema import RolloutLimits, RolloutOptions  # noqa: E402
+from gymflow.workers.client import connect  # noqa: E402
 from gymflow.workers.sdk.groups import GymflowClient  # noqa: E402
-from gymflow.workflows.schema import RolloutLimits, RolloutOptions  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 GROUPS = "rollout_groups"
@@ -76,7 +76,7 @@ async def run(quick: bool) -> dict[str, Any]:
         await start_worker(procs, BARE, mode="bare", address=address, task_queue="bench-bare")
         await start_worker(procs, "gymflow", mode="gymflow", address=address, task_queue="bench-gymflow")
         bench = Bench(
-            client=await sdk.connect(address),
+            client=await connect(address),
             procs=procs,
             policy_base=await start_policy(procs),
             direct=DirectRunner(BenchEnv(workspace_root=work / "direct-ws")),

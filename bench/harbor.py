@@ -28,18 +28,19 @@ from pathlib import Path
 from temporalio.testing import WorkflowEnvironment
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.names import SEARCH_ATTRIBUTES
+from gymflow.activities.schema import RolloutInput
 from gymflow.envs.builtin.harbor.env import HarborEnv
 from gymflow.envs.builtin.harbor.policy import OraclePolicy
 from gymflow.envs.builtin.harbor.task import load_task
 from gymflow.envs.runtime.engine import Engine
 from gymflow.envs.runtime.images import build_image
+from gymflow.workers.client import data_converter
 from gymflow.workers.config import Settings
-from gymflow.workers.sdk.client import data_converter, run_rollout
+from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.servers.temporal import temporal_binary
 from gymflow.workers.worker import running_worker
-from gymflow.workflows.names import SEARCH_ATTRIBUTES
-from gymflow.workflows.schema import RolloutInput
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "tests" / "envs" / "harbor" / "tasks"

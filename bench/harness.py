@@ -49,15 +49,16 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from gymflow.activities.model import ModelConfig  # noqa: E402
+from gymflow.activities.names import SEARCH_ATTRIBUTES  # noqa: E402
+from gymflow.activities.schema import RolloutInput, RolloutLimits  # noqa: E402
 from gymflow.envs.contract import Task  # noqa: E402
 from gymflow.envs.policy import NullPolicy  # noqa: E402
+from gymflow.workers.client import DATA_CONVERTER  # noqa: E402
 from gymflow.workers.config import Settings  # noqa: E402
-from gymflow.workers.sdk.client import DATA_CONVERTER, run_rollout  # noqa: E402
+from gymflow.workers.sdk.client import run_rollout  # noqa: E402
 from gymflow.workers.servers.policy import PolicyServer  # noqa: E402
 from gymflow.workers.servers.temporal import QUEUE_TUNING, temporal_binary  # noqa: E402
 from gymflow.workers.worker import running_worker  # noqa: E402
-from gymflow.workflows.names import SEARCH_ATTRIBUTES  # noqa: E402
-from gymflow.workflows.schema import RolloutInput, RolloutLimits  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 PROGRAM = ROOT / "bench" / "agents" / "calls.py"

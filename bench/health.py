@@ -17,7 +17,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client
 
-from gymflow.workflows.names import SA_BATCH
+from gymflow.activities.names import SA_BATCH
 
 SLOW_WORKFLOW_TASK_S = 2.0
 COUNTS = (

@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
 
 from bench.health import COUNTS, batch_health  # noqa: E402
 from bench.procs import Procs, load, start_server  # noqa: E402
-from gymflow.workers.sdk import client as sdk  # noqa: E402
+from gymflow.workers.client import connect  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 GYMFLOW = Path(sys.executable).with_name("gymflow")
@@ -74,7 +74,7 @@ def run_eval(address: str, data_dir: Path, *, n: int, window: int | None, timeou
 
 async def batch_span(address: str, batch_id: str) -> float:
     """Seconds from the batch's first rollout start to its last close."""
-    client = await sdk.connect(address)
+    client = await connect(address)
     starts, closes = [], []
     async for w in client.list_workflows(f'GymflowBatch="{batch_id}"'):
         starts.append(w.start_time.timestamp())
@@ -91,7 +91,7 @@ async def measure(address: str, data_dir: Path, *, n: int, window: int | None, t
     summary = ran["summary"]
     policy = summary["policy"]
     batch_id = summary["batches"][0]["batch_id"]
-    client = await sdk.connect(address)
+    client = await connect(address)
     health = await batch_health(client, batch_id)
     span = await batch_span(address, batch_id)
     return {

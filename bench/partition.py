@@ -44,15 +44,15 @@ from temporalio.client import Client, WorkflowHandle  # noqa: E402
 
 from bench.netns import FleetNodes, Network, process_count, start_server  # noqa: E402
 from gymflow.activities.model import ModelConfig  # noqa: E402
+from gymflow.activities.names import node_queue  # noqa: E402
+from gymflow.activities.schema import BatchInput, BatchResult, RetrySettings, RolloutOptions  # noqa: E402
 from gymflow.activities.storage import read_trajectories  # noqa: E402
 from gymflow.envs.builtin.math.data import generate_tasks  # noqa: E402
 from gymflow.envs.builtin.math.policy import CalculatorPolicy  # noqa: E402
-from gymflow.workers.sdk.client import connect  # noqa: E402
+from gymflow.workers.client import connect  # noqa: E402
 from gymflow.workers.servers.policy import PolicyServer  # noqa: E402
 from gymflow.workers.servers.temporal import wait_until_reachable  # noqa: E402
 from gymflow.workflows.group import BatchRolloutWorkflow  # noqa: E402
-from gymflow.workflows.names import node_queue  # noqa: E402
-from gymflow.workflows.schema import BatchInput, BatchResult, RetrySettings, RolloutOptions  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 NODES = 3

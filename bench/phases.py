@@ -40,8 +40,8 @@ from bench.bare import BARE_WORKFLOW, BareInput  # noqa: E402
 from bench.procs import Procs, profiled, start_bare_and_gymflow  # noqa: E402
 from bench.workload import ENV_NAME, bench_task, endpoint  # noqa: E402
 from gymflow.activities.model import ModelConfig  # noqa: E402
+from gymflow.activities.schema import RolloutInput, RolloutLimits  # noqa: E402
 from gymflow.workers.sdk import client as sdk  # noqa: E402
-from gymflow.workflows.schema import RolloutInput, RolloutLimits  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 PHASES = {

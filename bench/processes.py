@@ -32,7 +32,7 @@ from bench.direct import DirectRunner  # noqa: E402
 from bench.procs import Procs, load, start_policy, start_server  # noqa: E402
 from bench.scenarios import FUSED, Bench, Runner, batch, side_by_side  # noqa: E402
 from bench.workload import BenchEnv  # noqa: E402
-from gymflow.workers.sdk import client as sdk  # noqa: E402
+from gymflow.workers.client import connect  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 ROLLOUTS, TOOL_TURNS, MODEL_S, TOOL_S = 128, 4, 2.0, 0.1
@@ -64,7 +64,7 @@ async def main_async(processes: list[int], repeats: int) -> dict[str, Any]:
     try:
         address = await start_server(procs, data_dir, extra_args=[])
         policy_base = await start_policy(procs)
-        client = await sdk.connect(address)
+        client = await connect(address)
         runners = []
         for n in processes:
             label = f"{n}-process" + ("es" if n > 1 else "")

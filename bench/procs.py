@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 from temporalio.client import Client
 
-from gymflow.workers.sdk import client as sdk
+from gymflow.workers.client import connect
 from gymflow.workers.servers import temporal as embedded
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +129,7 @@ async def start_server(procs: Procs, data_dir: Path, *, extra_args: list[str], p
     command = embedded.dev_server_command(data_dir=data_dir, port=port, ui_port=free_port(), headless=True)
     procs.spawn("server", [*command, *extra_args], log=data_dir / "server.log")
     address = f"127.0.0.1:{port}"
-    await embedded.wait_until_reachable(lambda: sdk.connect(address), timeout_s=60)
+    await embedded.wait_until_reachable(lambda: connect(address), timeout_s=60)
     return address
 
 
@@ -198,7 +198,7 @@ async def start_bare_and_gymflow(procs: Procs, work: Path) -> tuple[str, Client]
     await start_worker(procs, "bare", mode="bare", address=address, task_queue="bench-bare")
     await start_worker(procs, "gymflow", mode="gymflow", address=address, task_queue="bench-gymflow")
     policy = await start_policy(procs)
-    return policy, await sdk.connect(address)
+    return policy, await connect(address)
 
 
 @contextlib.contextmanager

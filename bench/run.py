@@ -62,7 +62,7 @@ from bench.scenarios import (  # noqa: E402
 )
 from bench.worker import BARE_RUNNER_VAR  # noqa: E402
 from bench.workload import BenchEnv  # noqa: E402
-from gymflow.workers.sdk import client as sdk  # noqa: E402
+from gymflow.workers.client import connect  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 
@@ -146,7 +146,7 @@ async def run_scenarios(args: argparse.Namespace, sizes: dict[str, Any], report:
         report["plans"] = {r.label: r.plan for r in runners}
         report["variants"] = [parse_variant(v) for v in args.variant]
         bench = Bench(
-            client=await sdk.connect(address),
+            client=await connect(address),
             procs=procs,
             policy_base=policy,
             direct=DirectRunner(BenchEnv(workspace_root=work / "direct-ws")),

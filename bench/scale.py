@@ -43,8 +43,9 @@ from bench.scale_report import OUT, report
 from bench.scenarios import pct
 from bench.workload import ENV_NAME, bench_task, endpoint
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RolloutInput, RolloutLimits
+from gymflow.workers.client import connect
 from gymflow.workers.sdk import client as sdk
-from gymflow.workflows.schema import RolloutInput, RolloutLimits
 
 QUEUE = "bench-scale"
 
@@ -193,7 +194,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         env = {"GYMFLOW_MAX_CONCURRENT_ACTIVITIES": room, "GYMFLOW_MAX_CACHED_WORKFLOWS": room}
         await start_worker(procs, "gymflow", mode="gymflow", address=address, task_queue=QUEUE, env=env)
         policy = await start_policy(procs)
-        client = await sdk.connect(address)
+        client = await connect(address)
         runs: dict[str, Any] = {}
         plan = [
             ("warm-up", 16, 32, Workload(4, 0.0, 0.0)),

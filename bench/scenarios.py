@@ -32,8 +32,8 @@ from bench.direct import DirectRunner
 from bench.procs import Procs, measured, profiled
 from bench.workload import ENV_NAME, bench_task, endpoint
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RolloutInput, RolloutLimits
 from gymflow.workers.sdk.client import run_rollout
-from gymflow.workflows.schema import RolloutInput, RolloutLimits
 
 DIRECT = "direct"
 BARE = "bare"

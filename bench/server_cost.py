@@ -32,7 +32,7 @@ from bench.direct import DirectRunner
 from bench.procs import Procs, fresh_servers, profiled, start_bare_and_gymflow
 from bench.scenarios import BARE_WORK, CLASSIC, FUSED, Bench, Runner
 from bench.workload import BenchEnv
-from gymflow.workflows.names import ROLLOUT_WORKFLOW, SA_ENV, SA_MODEL
+from gymflow.activities.names import ROLLOUT_WORKFLOW, SA_ENV, SA_MODEL
 
 OUT = Path(__file__).resolve().parent / "out"
 TOOL_TURNS = 10

@@ -26,9 +26,9 @@ from temporalio.worker import Worker
 from bench.bare import BareActivities, BareRolloutWorkflow
 from bench.direct import DirectRunner
 from bench.workload import BenchEnv  # importing it registers the benchmark env
+from gymflow.activities.names import node_queue
+from gymflow.workers.client import connect
 from gymflow.workers.config import Settings
-from gymflow.workers.sdk.client import connect
-from gymflow.workflows.names import node_queue
 
 BARE_RUNNER_VAR = "GYMFLOW_BENCH_BARE_RUNNER"
 """``stock`` (default): the bare workflow runs in the SDK's `SandboxedWorkflowRunner`; ``gymflow``: in

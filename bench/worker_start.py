@@ -36,10 +36,10 @@ def _rss_kib() -> dict[str, int]:
 
 async def _sample(address: str, data_dir: str) -> dict[str, Any]:
     started = time.perf_counter()
+    from gymflow.workers.client import connect, data_converter
     from gymflow.workers.config import Settings
     from gymflow.workers.roles import COMMAND_ROLES
     from gymflow.workers.sdk import evals  # what `gymflow eval` imports
-    from gymflow.workers.sdk.client import connect, data_converter
 
     imported = time.perf_counter()
     settings = Settings(temporal_address=address, data_dir=Path(data_dir), mcp_pool_size=0)

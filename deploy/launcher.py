@@ -25,12 +25,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
-from gymflow.envs.mcp.ledger import start_time
-from gymflow.workers.connection import Connection
+from gymflow.activities.trainer_backends import import_sky
+from gymflow.envs.mcp.ledger import pid_alive, start_time
 
 TASK_FILE = Path(__file__).with_name("workers.yaml")
 """The worker node task shipped with gymflow."""
@@ -39,6 +39,13 @@ STOP_TIMEOUT_S = 15.0
 """How long a local worker gets to shut down gracefully before it is killed."""
 KILL_CONFIRM_S = 5.0
 """How long a killed local worker gets to be gone before `down_local` returns anyway."""
+
+
+class ClusterCredentials(Protocol):
+    """A resolved cluster connection as the launcher reads it (gymflow.workers.connection's
+    `Connection` is one): the `TEMPORAL_*` variables that reach the cluster."""
+
+    def environment(self) -> dict[str, str]: ...
 
 
 @dataclass
@@ -57,7 +64,7 @@ class FleetSpec:
     task_file: Path = TASK_FILE
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment variables for every worker."""
-    connection: Connection | None = None
+    connection: ClusterCredentials | None = None
     """The resolved cluster connection, whose API key and TLS files the workers get as secrets and
     file mounts (address and namespace go as GYMFLOW_TEMPORAL_ADDRESS / GYMFLOW_NAMESPACE)."""
 
@@ -66,7 +73,7 @@ TLS_DIR = "~/.gymflow/tls"
 """Where each node finds the TLS files of the fleet's connection (SkyPilot file mounts)."""
 
 
-def credentials(connection: Connection) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+def credentials(connection: ClusterCredentials) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
     """(envs, secrets, file mounts) that give a node `connection`'s credentials.
 
     TLS files are mounted under TLS_DIR and named by TEMPORAL_TLS_*_PATH (the run script expands
@@ -151,15 +158,6 @@ def _block_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 
 
 _BlockDumper.add_representer(str, _block_str)
-
-
-def import_sky() -> Any:
-    """The `sky` module (SkyPilot's Python API), imported on first use: skypilot is an optional extra."""
-    try:
-        import sky
-    except ImportError as exc:
-        raise RuntimeError("the SkyPilot backend needs skypilot: pip install 'gymflow[skypilot]'") from exc
-    return sky
 
 
 def launch_skypilot(spec: FleetSpec) -> Any:
@@ -258,27 +256,3 @@ def _wait_gone(pids: list[int], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while any(pid_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether `pid` still runs; a child of ours that has exited is reaped on the way.
-
-    /proc/PID/stat shows the main thread only: a multi-threaded worker whose main thread is done
-    reads "Z" while its other threads still wind down, and cannot be reaped yet. So a process
-    counts as gone once it is reaped (our child) or every one of its threads is a zombie.
-    """
-    try:
-        with contextlib.suppress(ChildProcessError):
-            reaped, _ = os.waitpid(pid, os.WNOHANG)
-            return reaped == 0  # our child: alive until reaped
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return False
-    return any(_state(task / "stat") not in {"Z", "X", None} for task in tasks)
-
-
-def _state(stat: Path) -> str | None:
-    try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None

@@ -46,7 +46,13 @@ API_SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "Rollouts",
         "Inputs and results of rollouts and groups, and the client that starts them.",
-        ("gymflow.activities.", "gymflow.workflows.schema", "gymflow.workers.sdk.client", "gymflow.workers.sdk.groups"),
+        (
+            "gymflow.activities.model",
+            "gymflow.activities.schema",
+            "gymflow.workers.client",
+            "gymflow.workers.sdk.client",
+            "gymflow.workers.sdk.groups",
+        ),
     ),
     (
         "Sessions",
@@ -56,7 +62,7 @@ API_SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "Evaluations, datasets and training runs",
         "The entry points behind `gymflow eval`, `gymflow dataset generate` and `gymflow train launch`.",
-        ("gymflow.workers.sdk.", "gymflow.workflows.training_schema", "gymflow.workers.cli."),
+        ("gymflow.workers.sdk.", "gymflow.activities.training_schema", "gymflow.workers.cli."),
     ),
     ("Workers and configuration", "Running a worker in your own process, and its settings.", ("gymflow.workers.",)),
 )  # fmt: skip
@@ -232,9 +238,9 @@ def model_keys(root: type[BaseModel], *, title: str, seen: set[type[BaseModel]])
 
 def formats_reference() -> str:
     """reference/file-formats.md: the keys of env files and training run configs, from their models."""
+    from gymflow.activities.training_schema import RunConfig
+    from gymflow.envs.envfile import EnvFile
     from gymflow.envs.mcp.config import McpServerConfig
-    from gymflow.envs.mcp.envfile import EnvFile
-    from gymflow.workflows.training_schema import RunConfig
 
     seen: set[type[BaseModel]] = set()
     lines = [

@@ -25,8 +25,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
+from gymflow.envs.policy import make_policy
 from gymflow.envs.wire.models import (
     EnvPackageRef,
     Message,
@@ -44,18 +45,18 @@ from gymflow.envs.wire.models import (
     Wire,
     json_bytes,
 )
+from gymflow.envs.wire.rubric import Criterion, Rubric
 from gymflow.envs.wire.termination import TerminationReason
-
-if TYPE_CHECKING:  # gymflow.envs.rewards.rubric imports this module
-    from gymflow.envs.rewards.rubric import Rubric
 
 __all__ = [  # the contract, and the wire types (gymflow.envs.wire.models) env code speaks, in one place
     "BaseEnv",
+    "Criterion",
     "EnvPackageRef",
     "Message",
     "ProgramRun",
     "Reward",
     "Role",
+    "Rubric",
     "Task",
     "TaskTimeouts",
     "TerminationReason",
@@ -118,7 +119,7 @@ class BaseEnv(ABC):
     cpu_bound: ClassVar[bool] = False
     """True when tool calls and rewards are CPU-heavy work on the worker's machine (sandboxed code,
     formula recalculation): a worker then admits only as many at once as its cores can run and
-    queues the rest (gymflow.workers.admission); a tool's timeout starts when it is admitted."""
+    queues the rest (gymflow.envs.runtime.admission); a tool's timeout starts when it is admitted."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -262,6 +263,4 @@ class BaseEnv(ABC):
     def baseline_policy(cls, name: str = "default") -> Any:
         """The scripted policy `name` of `policies` (see gymflow.envs.policy): `default` is the first, `null`
         exists everywhere. Raises `gymflow.envs.errors.NoBaselinePolicy` / `UnknownPolicy` (UserErrors)."""
-        from gymflow.envs.policy import make_policy  # gymflow.envs.policy builds on this module
-
         return make_policy(cls, name)

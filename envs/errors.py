@@ -21,13 +21,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from gymflow.envs.wire.termination import TerminationReason
-
-if TYPE_CHECKING:
-    from gymflow.workers.servers.temporal import ServerRecord
-
+from typing import Protocol
 
 # The bases.
 
@@ -124,10 +118,14 @@ class VerifierFailure(enum.StrEnum):
     """The reward file is not a finite number / not {"reward": number}."""
 
 
-class VerifierError(InfraError):
-    """The verifier could not score the rollout: infra-failed (reward_error), never a 0."""
+class RewardError(InfraError):
+    """The reward machinery ran and could not score the rollout: it ends infra-failed with termination
+    `reward_error` (gymflow.envs.wire.termination), never a 0. Any other `InfraError` from a reward (its
+    state is gone) is recovered instead."""
 
-    termination = TerminationReason.REWARD_ERROR
+
+class VerifierError(RewardError):
+    """The verifier could not score the rollout: infra-failed (reward_error), never a 0."""
 
     def __init__(self, reason: VerifierFailure, message: str, *, output: str = "") -> None:
         super().__init__(f"{reason.value}: {message}")
@@ -189,7 +187,7 @@ class BundleError(ValueError):
     """The env cannot be bundled (its files cannot be found)."""
 
 
-# Env packages and the OpenEnv-protocol exporter (gymflow.envs.packages, gymflow.workers.servers.openenv).
+# Env packages and the OpenEnv-protocol exporter (gymflow.envs.packages, gymflow.workers.sdk.openenv).
 
 
 class PackageError(UserError, ValueError):
@@ -219,10 +217,20 @@ class ServerError(UserError, RuntimeError):
     """The embedded server could not be found, started or reached."""
 
 
+class RunningServer(Protocol):
+    """What `ServerRunning` says of the server that holds a data dir (gymflow.workers.servers.temporal's
+    `ServerRecord` is one): a protocol, so these plain errors need nothing of the process that raises them."""
+
+    @property
+    def port(self) -> int: ...
+
+    def where(self) -> str: ...
+
+
 class ServerRunning(ServerError):
     """A server already runs on this data dir; the message says where and what to do instead."""
 
-    def __init__(self, data_dir: Path, running: ServerRecord | None) -> None:
+    def __init__(self, data_dir: Path, running: RunningServer | None) -> None:
         self.data_dir, self.running = data_dir, running
         where = f" ({running.where()})" if running else ""
         use = f"use it (--address localhost:{running.port}), " if running else ""

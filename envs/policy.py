@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
-from gymflow.envs.contract import BaseEnv, Message, ToolCall, ToolSpec
 from gymflow.envs.errors import NoBaselinePolicy, UnknownPolicy
+from gymflow.envs.wire.models import Message, ToolCall, ToolSpec
 
 DEFAULT = "default"
 """The name that means an env's first policy (the CLI's `--policy` default)."""
@@ -82,12 +82,20 @@ PolicySpec = str | Callable[[], Policy]
 callable making the policy (a `Policy` subclass, a factory function)."""
 
 
-def policy_names(cls: type[BaseEnv]) -> list[str]:
+class DeclaresPolicies(Protocol):
+    """What this module reads of an env class: its name and its `policies` (`BaseEnv` is one). A
+    protocol, so the contract builds on policies rather than the other way round."""
+
+    name: ClassVar[str]
+    policies: ClassVar[Mapping[str, Any]]
+
+
+def policy_names(cls: type[DeclaresPolicies]) -> list[str]:
     """The names `--policy` accepts for env `cls`, its declared ones first, then `null`."""
     return [*(name for name in cls.policies if name != NULL), NULL]
 
 
-def policy_aliases(cls: type[BaseEnv]) -> dict[str, list[str]]:
+def policy_aliases(cls: type[DeclaresPolicies]) -> dict[str, list[str]]:
     """Each distinct policy of `cls` under its names (those sharing one spec are aliases), `null` last."""
     groups: dict[str, list[str]] = {}
     by_spec: dict[int | str, str] = {}
@@ -106,7 +114,7 @@ def policy_target(spec: PolicySpec) -> str:
     return f"{getattr(spec, '__module__', '?')}:{getattr(spec, '__qualname__', repr(spec))}"
 
 
-def make_policy(cls: type[BaseEnv], name: str = DEFAULT) -> Policy:
+def make_policy(cls: type[DeclaresPolicies], name: str = DEFAULT) -> Policy:
     """The policy `name` of env `cls` (what `BaseEnv.baseline_policy` returns).
 
     Raises:
@@ -137,7 +145,7 @@ def make_policy(cls: type[BaseEnv], name: str = DEFAULT) -> Policy:
 
 def _instantiate(spec: PolicySpec, *, field: str) -> Policy:
     if isinstance(spec, str):
-        from gymflow.envs.mcp.plugins import load_callable  # light, but only needed for string specs
+        from gymflow.envs.plugins import load_callable  # light, but only needed for string specs
 
         factory: Callable[[], Any] = load_callable(spec, field=field)
     else:

@@ -5,7 +5,7 @@ A third-party package registers an env with
     [project.entry-points."gymflow.envs"]
     myenv = "my_package.env:MyEnv"
 
-A name ending in .yaml/.yml/.json is an env file (gymflow.envs.mcp.envfile): the env is identified by
+A name ending in .yaml/.yml/.json is an env file (gymflow.envs.envfile): the env is identified by
 that path, so the CLI and every worker resolve the same name to the same class. Classes are
 imported lazily, so a worker only pays for the envs it runs.
 """
@@ -84,7 +84,7 @@ def env_class(name: str) -> type[BaseEnv]:
     if name in _registered:
         return _registered[name]
     if is_env_file(name):
-        from gymflow.envs.mcp.envfile import env_class_from_file
+        from gymflow.envs.envfile import env_class_from_file
 
         return env_class_from_file(Path(name))
     target = _targets().get(name)
@@ -105,7 +105,7 @@ def env_class(name: str) -> type[BaseEnv]:
 def dataset_page(cls: type[BaseEnv], dataset: str, options: dict[str, Any], offset: int, limit: int) -> list[Task]:
     """Tasks `offset`..`offset + limit - 1` of `cls.load_dataset(dataset, **options)`.
 
-    Module-level and light to import, so a worker can run it in its process pool (gymflow.workers.admission).
+    Module-level and light to import, so a worker can run it in its process pool (gymflow.envs.runtime.admission).
     """
     return page_of(cls.load_dataset(dataset, **options), offset, limit)
 

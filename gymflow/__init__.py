@@ -40,11 +40,11 @@ _EXPORTS: dict[str, str] = {
     "InfraError": "gymflow.envs.errors",
     # rollouts: inputs, results and the client
     "ModelConfig": "gymflow.activities.model",
-    "RolloutInput": "gymflow.workflows.schema",
-    "RolloutOptions": "gymflow.workflows.schema",
-    "RolloutLimits": "gymflow.workflows.schema",
-    "RolloutResult": "gymflow.workflows.schema",
-    "GroupResult": "gymflow.workflows.schema",
+    "RolloutInput": "gymflow.activities.schema",
+    "RolloutOptions": "gymflow.activities.schema",
+    "RolloutLimits": "gymflow.activities.schema",
+    "RolloutResult": "gymflow.activities.schema",
+    "GroupResult": "gymflow.activities.schema",
     "connect": "gymflow.workers.sdk.client",
     "start_rollout": "gymflow.workers.sdk.client",
     "run_rollout": "gymflow.workers.sdk.client",
@@ -58,7 +58,7 @@ _EXPORTS: dict[str, str] = {
     "run_eval": "gymflow.workers.sdk.evals",
     "GenerateOptions": "gymflow.workers.sdk.datasets",
     "run_generate": "gymflow.workers.sdk.datasets",
-    "RunConfig": "gymflow.workflows.training_schema",
+    "RunConfig": "gymflow.activities.training_schema",
     "load_run_config": "gymflow.workers.sdk.training",
     "start_run": "gymflow.workers.cli.train",
     # running a worker in your own process
@@ -126,6 +126,14 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
     from gymflow.activities.model import ModelConfig
+    from gymflow.activities.schema import (
+        GroupResult,
+        RolloutInput,
+        RolloutLimits,
+        RolloutOptions,
+        RolloutResult,
+    )
+    from gymflow.activities.training_schema import RunConfig
     from gymflow.envs.contract import (
         BaseEnv,
         Message,
@@ -143,20 +151,13 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from gymflow.envs.policy import Policy
     from gymflow.envs.registry import env_class, register
     from gymflow.workers.cli.train import start_run
+    from gymflow.workers.client import connect
     from gymflow.workers.config import Settings
-    from gymflow.workers.sdk.client import connect, iterate_groups, run_rollout, run_rollouts, start_rollout
+    from gymflow.workers.sdk.client import run_rollout, run_rollouts, start_rollout
     from gymflow.workers.sdk.datasets import GenerateOptions, run_generate
     from gymflow.workers.sdk.evals import EvalOptions, run_eval
-    from gymflow.workers.sdk.groups import rollout_groups
+    from gymflow.workers.sdk.groups import iterate_groups, rollout_groups
     from gymflow.workers.sdk.scripts import run
     from gymflow.workers.sdk.sessions import Session
     from gymflow.workers.sdk.training import load_run_config
     from gymflow.workers.worker import running_worker
-    from gymflow.workflows.schema import (
-        GroupResult,
-        RolloutInput,
-        RolloutLimits,
-        RolloutOptions,
-        RolloutResult,
-    )
-    from gymflow.workflows.training_schema import RunConfig

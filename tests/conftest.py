@@ -18,12 +18,12 @@ from statuses import SELF_TEST_NAMESPACE, scan_statuses
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from gymflow.activities.names import SEARCH_ATTRIBUTES
 from gymflow.envs.builtin.math.policy import CalculatorPolicy
-from gymflow.workers.sdk.client import DATA_CONVERTER
+from gymflow.workers.client import DATA_CONVERTER
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.servers.temporal import QUEUE_TUNING, temporal_binary
 from gymflow.workers.worker import RunningWorker, running_worker
-from gymflow.workflows.names import SEARCH_ATTRIBUTES
 from support import WEB_UI_PORT, make_settings
 
 

@@ -123,9 +123,9 @@ async def replays(client: Client, workflow_id: str) -> None:
     """Replay a finished rollout's history against today's workflow code (update handlers included)."""
     from temporalio.worker import Replayer
 
+    from gymflow.workers.client import DATA_CONVERTER
     from gymflow.workers.roles import all_workflows
     from gymflow.workers.sandbox_runner import workflow_runner
-    from gymflow.workers.sdk.client import DATA_CONVERTER
 
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     replayer = Replayer(workflows=all_workflows(), data_converter=DATA_CONVERTER, workflow_runner=workflow_runner())

@@ -19,12 +19,12 @@ import pytest
 from env_packages import PACKAGES, PACKAGES_ROOT, SCRIPT, installed
 from temporalio.client import Client
 
+from gymflow.activities.schema import BatchResult
 from gymflow.activities.storage import read_trajectories
 from gymflow.envs.contract import Trajectory
 from gymflow.envs.packages import launch, store
 from gymflow.envs.packages.store import PackageRecord
 from gymflow.workers.cli.main import main
-from gymflow.workflows.schema import BatchResult
 
 REFERENCES = Path(__file__).parent / "envs" / "packages" / "references"
 

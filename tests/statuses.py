@@ -22,7 +22,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from gymflow.workflows import names
+from gymflow.activities import names
 
 SELF_TEST_NAMESPACE = "gymflow-status-scan-test"
 """The session's dev server also hosts this namespace, where the scan's own test plants a stale

@@ -17,6 +17,7 @@ from starlette.types import Receive, Scope, Send
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RolloutInput, RolloutResult
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.builtin.math.rewards import answer_reward
 from gymflow.envs.contract import BaseEnv, Message, Reward, Task, ToolCall, ToolResult, ToolSpec
@@ -29,7 +30,6 @@ from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.servers.policy import PolicyServer, build_app
 from gymflow.workers.servers.temporal import temporal_binary
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.schema import RolloutInput, RolloutResult
 
 WEB_UI_PORT = free_port()
 """The Web UI port of the session's dev server (conftest.temporal_env); workers link to it."""

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 import gymflow
-from gymflow.envs.mcp.envfile import EnvFile
+from gymflow.envs.envfile import EnvFile
 from gymflow.workers.config import Settings
 from gymflow.workers.worker import RunningWorker
 

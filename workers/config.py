@@ -19,9 +19,9 @@ from urllib.parse import quote
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from gymflow.workers.admission import Capacity, usable_cpus
+from gymflow.activities.names import TASK_QUEUE, command_queue
+from gymflow.envs.runtime.admission import Capacity, usable_cpus
 from gymflow.workers.connection import Connection, ConnectionOptions, resolve
-from gymflow.workflows.names import TASK_QUEUE, command_queue
 
 WorkerRole = Literal["rollout", "judge", "dataset", "training"]
 """What a worker can serve (gymflow.workers.roles): rollouts (workflows, model turns, env activities
@@ -110,7 +110,7 @@ class Settings(BaseSettings):
     worker process of a host, so each one's reaper finds what a killed sibling left)."""
     max_server_starts: int | None = Field(default=None, ge=1)
     """MCP server starts (process + handshake) this node runs at once; more wait, heartbeating, and
-    their handshake timeout runs from admission (gymflow.workers.admission). None: one per core."""
+    their handshake timeout runs from admission (gymflow.envs.runtime.admission). None: one per core."""
     max_tool_runs: int | None = Field(default=None, ge=1)
     """Tool calls of CPU-bound envs (`BaseEnv.cpu_bound`: sheets' sandboxed code) at once on this
     node; a queued call's tool timeout starts when it is admitted. None: two per core."""
@@ -211,7 +211,7 @@ class Settings(BaseSettings):
         return value
 
     def command_queue(self, command: str, key: str | None = None) -> Settings:
-        """These settings with a task queue of one CLI command's own (gymflow.workflows.names.command_queue).
+        """These settings with a task queue of one CLI command's own (gymflow.activities.names.command_queue).
 
         `key` names the invocation (default: a fresh one); a command that can re-attach to its
         work (`train launch --wait` by run id) passes a key derived from it, to poll the same queue.

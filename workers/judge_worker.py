@@ -22,7 +22,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from gymflow.activities.judge import JudgeActivities
-from gymflow.workflows.names import JUDGE_TASK_QUEUE
+from gymflow.activities.names import JUDGE_TASK_QUEUE
 
 
 def judge_queue_options(*, rate_per_second: float | None, max_concurrent_activities: int = 64) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 Every `gymflow` command calls `configure()` once. Log records of every origin — gymflow's own
 (stdlib loggers with `extra=` fields, so library code needs no logging setup), the Temporal SDK's
 Python loggers, its Rust core (forwarded into the `temporalio.core` logger by `core_runtime()`,
-which `gymflow.workers.sdk.client.connect` uses), aiohttp, mcp — pass through one structlog
+which `gymflow.workers.client.connect` uses), aiohttp, mcp — pass through one structlog
 `ProcessorFormatter` on one stderr handler: JSON lines when stderr is not a terminal (or
 `--log-format json`), readable console lines on a terminal. stdout is left to the commands'
 documents (`--json`).

@@ -54,8 +54,8 @@ from temporalio.worker import (
 
 from gymflow.envs.errors import MetricsPortError
 from gymflow.envs.mcp.ledger import live_processes
+from gymflow.envs.runtime.admission import Admission, Step
 from gymflow.workers import logs
-from gymflow.workers.admission import Admission, Step
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 One worker process runs its workflow activations and the Python of every activity on one core
 (the GIL). With `--processes N` (N > 1; `auto`: one per usable core, the count admission control
-sizes its slots from, `gymflow.workers.admission.usable_cpus`) `gymflow worker` becomes a small supervisor
+sizes its slots from, `gymflow.envs.runtime.admission.usable_cpus`) `gymflow worker` becomes a small supervisor
 of N full workers on the same shared queue. Each child is a fresh interpreter
 (`python -m gymflow.workers.cli.main worker`), never a fork of a running process: the SDK's Rust core threads
 and an event loop do not survive `fork`.

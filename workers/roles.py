@@ -14,7 +14,7 @@
   queue. Its eval batches and its trainer's rollouts go to the shared queue: some worker of the
   deployment serves the rollout role there.
 
-Each role has task queues of its own (gymflow.workflows.names) because Temporal requires every
+Each role has task queues of its own (gymflow.activities.names) because Temporal requires every
 worker polling a queue to register the same workflows and activities: a task reaching a worker that
 lacks its type fails there. So a fleet can split roles across nodes (`gymflow worker --roles`,
 `GYMFLOW_WORKER_ROLES`), and a workflow is registered only where the activities it schedules on its
@@ -35,8 +35,8 @@ from temporalio.client import Client
 from temporalio.runtime import Runtime
 from temporalio.worker import Interceptor
 
+from gymflow.activities import names
 from gymflow.workers.config import Settings, WorkerRole
-from gymflow.workflows import names
 
 if TYPE_CHECKING:
     from gymflow.activities.env import EnvActivities
@@ -104,7 +104,7 @@ class Context:
     def payload_limit(self) -> int | None:
         """Without external storage a payload over Temporal's limit would fail workflow tasks forever:
         rollouts keep their trajectories under it (gymflow.workflows.budget), model replies are refused over it."""
-        from gymflow.workflows.schema import PAYLOAD_LIMIT_BYTES
+        from gymflow.activities.schema import PAYLOAD_LIMIT_BYTES
 
         return None if self.client.data_converter.external_storage else PAYLOAD_LIMIT_BYTES
 
@@ -153,8 +153,8 @@ def rollout(context: Context) -> Served:
     from gymflow.activities.storage import StorageActivities
     from gymflow.activities.turn import TurnActivities
     from gymflow.envs.mcp.ledger import reap_orphans
+    from gymflow.envs.runtime.admission import Admission
     from gymflow.envs.runtime.node import NodeRuntimes
-    from gymflow.workers.admission import Admission
     from gymflow.workers.dedup import DedupInterceptor
     from gymflow.workers.fencing import StaleTaskGuard
     from gymflow.workers.metrics import GymflowMetrics, MetricsInterceptor, NodeSampler
@@ -165,7 +165,7 @@ def rollout(context: Context) -> Served:
     queue = names.node_queue(settings.task_queue, settings.node_id)
     # Servers and workspaces of workers that died on this host (never those of live ones).
     reap_orphans(settings.workspace_root)
-    # One admission control per node, shared by every env and the task loader (gymflow.workers.admission).
+    # One admission control per node, shared by every env and the task loader (gymflow.envs.runtime.admission).
     admission = Admission(settings.capacity(), nice=settings.env_nice)
     # gymflow's series on the runtime's meter (a no-op without --metrics-port: gymflow.workers.metrics).
     metrics = GymflowMetrics((context.client.service_client.config.runtime or Runtime.default()).metric_meter)

@@ -46,7 +46,7 @@ import temporalio.workflow
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import _runner as sdk_runner
 
-from gymflow.workers.sandbox_runner import ModuleCodeCache
+from gymflow.workers.sandbox_code import ModuleCodeCache
 
 if TYPE_CHECKING:
     from temporalio.converter._extstore import StorageDriverStoreContext

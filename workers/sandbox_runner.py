@@ -18,13 +18,7 @@ either (tests/workflows/test_replay.py replays every one under both).
 from __future__ import annotations
 
 import functools
-import importlib.machinery
 import logging
-import os
-import sys
-import threading
-from collections.abc import Sequence
-from types import CodeType
 from typing import Literal
 
 from temporalio.worker import WorkflowRunner
@@ -43,68 +37,19 @@ RunnerChoice = Literal["fast", "stock"]
 SANDBOX_PASSTHROUGH = (
     *("pydantic", "pydantic_core", "annotated_types", "rich", "structlog", "gymflow.envs", "gymflow.activities"),
     *(
-        "gymflow.workflows.schema",
-        "gymflow.workflows.names",
+        "gymflow.activities.schema",
+        "gymflow.activities.names",
         "gymflow.workflows.judging",
         "gymflow.workflows.activity_calls",
         "gymflow.workflows.budget",
         "gymflow.workflows.fused_turns",
     ),
     "gymflow.workflows.status",
-    *("gymflow.workflows.rollout_env", "gymflow.workflows.session_schema", "gymflow.workflows.spans"),
+    *("gymflow.workflows.rollout_env", "gymflow.activities.session_schema", "gymflow.workflows.spans"),
     "opentelemetry",  # one trace context inside and outside the sandbox (gymflow.workers.tracing)
-    "gymflow.workflows.training_schema",
+    "gymflow.activities.training_schema",
 )
 SANDBOX_RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
-
-_compiled_lock = threading.Lock()
-
-
-class _CachedSourceLoader(importlib.machinery.SourceFileLoader):
-    """A source loader whose compiled code is kept in memory between imports of the same file."""
-
-    def get_code(self, fullname: str) -> CodeType:
-        stat = os.stat(self.path)
-        key = (self.path, stat.st_mtime_ns, stat.st_size)
-        code = ModuleCodeCache.codes.get(key)
-        if code is None:
-            code = super().get_code(fullname)
-            assert code is not None  # a source file always has code
-            with _compiled_lock:
-                ModuleCodeCache.codes[key] = code
-        else:
-            ModuleCodeCache.hits += 1
-        return code
-
-
-class ModuleCodeCache:
-    """A meta path finder for the workflow modules the sandbox re-imports per run: their specs come
-    from the normal path finder, with a loader that keeps the compiled code (one per file version)."""
-
-    modules: set[str] = set()
-    codes: dict[tuple[str, int, int], CodeType] = {}
-    hits = 0
-    """Imports served from memory, over every run (tests read it)."""
-
-    @classmethod
-    def cover(cls, module: str) -> None:
-        """Serve `module`'s code from memory from now on (installs the finder once)."""
-        with _compiled_lock:
-            cls.modules.add(module)
-            if cls not in sys.meta_path:
-                sys.meta_path.insert(0, cls)  # a class-level finder
-
-    @classmethod
-    def find_spec(
-        cls, fullname: str, path: Sequence[str] | None = None, target: object = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in cls.modules:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or type(spec.loader) is not importlib.machinery.SourceFileLoader or not spec.origin:
-            return spec
-        spec.loader = _CachedSourceLoader(fullname, spec.origin)
-        return spec
 
 
 @functools.cache

@@ -26,11 +26,11 @@ import structlog
 from temporalio.client import Client
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 
+from gymflow.activities.names import node_queue
 from gymflow.envs.errors import WorkerStartError
 from gymflow.workers.config import ROLES, Settings, WorkerRole
 from gymflow.workers.roles import BUILDERS, Context, Served
 from gymflow.workers.sandbox_runner import workflow_runner
-from gymflow.workflows.names import node_queue
 
 if TYPE_CHECKING:
     from gymflow.activities.env import EnvActivities
@@ -198,8 +198,8 @@ async def run_worker(settings: Settings) -> None:
     """
     from gymflow.envs.errors import ConnectionFailed
     from gymflow.workers import tracing
+    from gymflow.workers.client import connect, data_converter
     from gymflow.workers.metrics import metrics_runtime
-    from gymflow.workers.sdk.client import connect, data_converter
 
     # Every line of the process names its node (one of several worker processes of a host: gymflow.workers.processes).
     with structlog.contextvars.bound_contextvars(node=settings.node_id):

@@ -30,7 +30,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from gymflow.activities import errors
+    from gymflow.activities import errors, names
     from gymflow.activities.dataset import DatasetActivities
     from gymflow.activities.dataset_models import (
         BatchInput,
@@ -42,10 +42,10 @@ with workflow.unsafe.imports_passed_through():
         ScanInput,
         ScanResult,
     )
+    from gymflow.activities.schema import DatasetInput, DatasetResult, DatasetState
     from gymflow.envs.datagen.filters import quota_caps
-    from gymflow.workflows import names, status
+    from gymflow.workflows import status
     from gymflow.workflows.activity_calls import describe, error_type, execute
-    from gymflow.workflows.schema import DatasetInput, DatasetResult, DatasetState
 
 SCAN_TIMEOUT = timedelta(hours=2)
 BATCH_TIMEOUT = timedelta(hours=1)
@@ -103,7 +103,7 @@ class DatasetGenerationWorkflow:
         self._id = workflow.info().workflow_id
         self._state = input.state.model_copy(deep=True)
         self._target = input.n
-        with status.Closing(status.start_attributes(input.env_name(), run=self._id)):
+        with status.Closing(names.start_attributes(input.env_name(), run=self._id)):
             if input.options.overlap_tokens >= input.options.chunk_tokens:
                 raise ApplicationError(
                     "options.overlap_tokens: must be smaller than options.chunk_tokens",

@@ -21,12 +21,12 @@ with workflow.unsafe.imports_passed_through():
     from gymflow.activities import errors
     from gymflow.activities.env_schema import RolloutHandle
     from gymflow.activities.model import GenerateInput
+    from gymflow.activities.schema import RolloutInput
     from gymflow.activities.turn import CachedContext, PlayTurnInput, PlayTurnResult, TurnActivities, TurnDelta
     from gymflow.envs.contract import Message, TerminationReason
     from gymflow.envs.wire.tokens import TokenPrefix
     from gymflow.workflows.activity_calls import describe, error_type, execute, node_lost
     from gymflow.workflows.rollout_env import ADMISSION_WAIT, ENV_HEARTBEAT, NODE_ERRORS, RolloutEnv, Stop
-    from gymflow.workflows.schema import RolloutInput
 
 MAX_TIMED_CALLS = 16
 """A fused turn's start-to-close allows this many tool calls' timeouts at most (each call has its

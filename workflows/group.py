@@ -32,17 +32,11 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 from temporalio.workflow import ChildWorkflowCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from gymflow.activities import errors
+    from gymflow.activities import errors, names
     from gymflow.activities.env import EnvActivities
     from gymflow.activities.env_schema import GroupRewardInput
     from gymflow.activities.report import BatchReportInput, BatchReportResult, ReportActivities
-    from gymflow.activities.storage import LoadTasksInput, StorageActivities, WriteJsonlInput
-    from gymflow.envs.contract import Reward, Task, TerminationReason, Trajectory, json_bytes
-    from gymflow.envs.rewards.group import group_advantages
-    from gymflow.workflows import names, status
-    from gymflow.workflows.activity_calls import describe, error_type, execute
-    from gymflow.workflows.rollout import RolloutWorkflow
-    from gymflow.workflows.schema import (
+    from gymflow.activities.schema import (
         GROUP_INLINE_BYTES,
         BatchInput,
         BatchResult,
@@ -55,6 +49,12 @@ with workflow.unsafe.imports_passed_through():
         initial_search_attributes,
         rollout_memo,
     )
+    from gymflow.activities.storage import LoadTasksInput, StorageActivities, WriteJsonlInput
+    from gymflow.envs.contract import Reward, Task, TerminationReason, Trajectory, json_bytes
+    from gymflow.envs.rewards.group import group_advantages
+    from gymflow.workflows import status
+    from gymflow.workflows.activity_calls import describe, error_type, execute
+    from gymflow.workflows.rollout import RolloutWorkflow
 
 
 CHILD_RETRY = RetryPolicy(maximum_attempts=1)

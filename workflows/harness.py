@@ -64,13 +64,13 @@ with workflow.unsafe.imports_passed_through():
         ModelCallResult,
     )
     from gymflow.activities.harness import HarnessActivities, RunProgramInput, RunProgramResult
+    from gymflow.activities.schema import RolloutInput
     from gymflow.envs.contract import Message, ProgramRun, Task, TerminationReason, Usage
     from gymflow.envs.harness.env import HarnessInfo
     from gymflow.envs.wire.chat import ChatFormatError, parse_assistant_message, read_request
     from gymflow.envs.wire.tokens import TurnTokens
     from gymflow.workflows.activity_calls import describe, error_type, execute
     from gymflow.workflows.rollout_env import ENV_HEARTBEAT, RolloutEnv, Stop
-    from gymflow.workflows.schema import RolloutInput
 
 MODEL_HEARTBEAT = timedelta(seconds=10)
 PROGRAM_SLACK = timedelta(seconds=60)

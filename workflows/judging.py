@@ -11,38 +11,18 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
-from typing import Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import Field
-
-    from gymflow.activities import errors
-    from gymflow.activities.judge import JudgeActivities, JudgeInput
-    from gymflow.activities.model import ModelConfig
-    from gymflow.envs.contract import Message, Reward, Task, Wire
-    from gymflow.envs.rewards.rubric import Rubric
-    from gymflow.workflows import names
+    from gymflow.activities import errors, names
+    from gymflow.activities.judge import JudgeActivities, JudgeConfig, JudgeInput
+    from gymflow.envs.contract import Message, Reward, Task
+    from gymflow.envs.wire.rubric import Rubric
     from gymflow.workflows.activity_calls import execute
 
 JUDGE_TIMEOUT = timedelta(minutes=5)
-
-
-class JudgeConfig(Wire):
-    """How a rollout is judged."""
-
-    rubric: Rubric | None = None
-    """The criteria; None uses the env's rubric for the task."""
-    model: ModelConfig = Field(default_factory=lambda: ModelConfig(temperature=0.0))
-    """Judge endpoint and sampling; base_url None uses the worker's GYMFLOW_JUDGE_URL."""
-    weight: float = Field(default=1.0, ge=0)
-    """Weight of the judge's total in the rollout's reward."""
-    combine: Literal["add", "replace"] = "add"
-    """`add`: env total + weight x judge total; `replace`: weight x judge total alone."""
-    attempts: int = Field(default=3, ge=1, le=20)
-    """Judge calls at most (retryable failures: connection, 429, 5xx, unusable replies)."""
 
 
 async def judge(config: JudgeConfig, rubric: Rubric, task: Task, messages: list[Message]) -> Reward:

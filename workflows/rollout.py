@@ -43,23 +43,23 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from gymflow.activities import errors
+    from gymflow.activities import errors, names
     from gymflow.activities.env_schema import RolloutHandle
     from gymflow.activities.gateway import MODEL_CALL_UPDATE, GatewayAnswer, GatewayCall
+    from gymflow.activities.judge import JudgeConfig
     from gymflow.activities.model import GenerateInput, GenerateResult, ModelActivities
+    from gymflow.activities.schema import ROLLOUT_PLAN, RolloutInput, RolloutResult, initial_search_attributes
     from gymflow.activities.turn import PlayTurnResult
     from gymflow.envs.contract import Message, Reward, TerminationReason, Trajectory, Usage
-    from gymflow.envs.rewards.rubric import Rubric
+    from gymflow.envs.wire.rubric import Rubric
     from gymflow.envs.wire.tokens import TokenPrefix, TurnTokens
-    from gymflow.workflows import judging, names, spans, status
+    from gymflow.workflows import judging, spans, status
     from gymflow.workflows.activity_calls import describe, error_type, execute
     from gymflow.workflows.budget import TrajectoryBudget
     from gymflow.workflows.fused_turns import FusedTurns
     from gymflow.workflows.harness import HarnessRun
-    from gymflow.workflows.judging import JudgeConfig
     from gymflow.workflows.rollout_env import RolloutEnv
     from gymflow.workflows.rollout_env import Stop as _Stop
-    from gymflow.workflows.schema import ROLLOUT_PLAN, RolloutInput, RolloutResult, initial_search_attributes
 
 
 ROLLOUT_PLAN_2 = "rollout-plan-2"
@@ -379,7 +379,7 @@ class RolloutWorkflow:
     def _finish(self, stop: _Stop, reward: Reward | None) -> RolloutResult:
         infra = stop.reason.infra_failed
         self._closing.close(
-            status.Status.INFRA_FAILED if infra else status.Status.COMPLETED,
+            names.Status.INFRA_FAILED if infra else names.Status.COMPLETED,
             reward=reward.total if reward is not None and not infra else None,
         )
         workflow.upsert_memo({"termination": stop.reason.value})

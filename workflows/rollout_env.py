@@ -37,15 +37,15 @@ with workflow.unsafe.imports_passed_through():
         ReleaseInput,
         RolloutHandle,
     )
+    from gymflow.activities.schema import MAX_TIMEOUT_S, RetrySettings, RolloutLimits
     from gymflow.activities.turn import named_call, refusal
     from gymflow.envs.contract import EnvPackageRef, Message, Reward, Task, TerminationReason, ToolCall, ToolResult
     from gymflow.workflows.activity_calls import describe, error_type, execute, node_lost, timed_out
-    from gymflow.workflows.schema import MAX_TIMEOUT_S, RetrySettings, RolloutLimits
 
 T = TypeVar("T")
 
 ADMISSION_WAIT = timedelta(minutes=10)
-"""How long an env step may wait on its node for a slot (gymflow.workers.admission) before it runs: a busy
+"""How long an env step may wait on its node for a slot (gymflow.envs.runtime.admission) before it runs: a busy
 node queues server starts, sandboxed runs and rewards instead of running them all at once. The
 waiting activity heartbeats, so a lost node is still noticed within ENV_HEARTBEAT."""
 INIT_TIMEOUT = timedelta(minutes=2) + ADMISSION_WAIT

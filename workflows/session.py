@@ -27,13 +27,9 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from gymflow.activities import errors
+    from gymflow.activities import errors, names
     from gymflow.activities.env_schema import RolloutHandle
-    from gymflow.envs.contract import Message, Reward, TerminationReason, Trajectory
-    from gymflow.workflows import names, status
-    from gymflow.workflows.budget import TrajectoryBudget
-    from gymflow.workflows.rollout_env import RolloutEnv, Stop
-    from gymflow.workflows.session_schema import (
+    from gymflow.activities.session_schema import (
         ResetResult,
         SessionInput,
         SessionResult,
@@ -41,6 +37,10 @@ with workflow.unsafe.imports_passed_through():
         StepResult,
         session_search_attributes,
     )
+    from gymflow.envs.contract import Message, Reward, TerminationReason, Trajectory
+    from gymflow.workflows import status
+    from gymflow.workflows.budget import TrajectoryBudget
+    from gymflow.workflows.rollout_env import RolloutEnv, Stop
 
 
 @workflow.defn(name=names.SESSION_WORKFLOW)
@@ -260,7 +260,7 @@ class RolloutSessionWorkflow:
         infra = stop.reason.infra_failed
         reward = None if infra else self._reward
         self._status.close(
-            status.Status.INFRA_FAILED if infra else status.Status.COMPLETED,
+            names.Status.INFRA_FAILED if infra else names.Status.COMPLETED,
             reward=reward.total if reward is not None else None,
         )
         workflow.upsert_memo({"termination": stop.reason.value})

@@ -1,4 +1,4 @@
-"""GymflowStatus and the start search attributes of every gymflow workflow, in one place.
+"""How every gymflow workflow writes GymflowStatus and its start search attributes.
 
 What can be true. Temporal has no public API to change the search attributes of a closed
 workflow, and a workflow that is terminated or times out runs no more code. So a status written
@@ -20,9 +20,9 @@ at start ("running") would stay on every workflow that ends that way, and be a l
 
 Usage, in any workflow's `run` (the body inside the block):
 
-    with status.Closing(status.start_attributes(input.env, model=..., run=...)) as closing:
+    with status.Closing(names.start_attributes(input.env, model=..., run=...)) as closing:
         ...
-        closing.close(status.Status.INFRA_FAILED)   # optional: a final status other than completed
+        closing.close(names.Status.INFRA_FAILED)   # optional: a final status other than completed
         return result
 
 The block upserts the start attributes the starter did not set, and on the way out writes the
@@ -36,7 +36,6 @@ Pure and deterministic (no I/O); passed through the workflow sandbox.
 from __future__ import annotations
 
 import asyncio
-import enum
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
@@ -45,37 +44,12 @@ from temporalio import workflow
 from temporalio.common import SearchAttributePair, SearchAttributeUpdate
 from temporalio.exceptions import CancelledError, FailureError
 
-from gymflow.workflows import names
-
-
-class Status(enum.StrEnum):
-    """Values of the GymflowStatus search attribute; only ever written when a workflow closes."""
-
-    COMPLETED = "completed"
-    INFRA_FAILED = "infra_failed"
-    CANCELLED = "cancelled"
-    FAILED = "failed"
-
+from gymflow.activities import names
+from gymflow.activities.names import Status
 
 FAILED_STATUS_PATCH = "gymflow-status-failed"
 """Patch id: a workflow that fails writes GymflowStatus="failed" (histories closed before did not).
 Only consulted on the failure path, so it adds a marker to failed workflows alone."""
-
-
-def start_attributes(
-    env: str,
-    *,
-    model: str | None = None,
-    batch: str | None = None,
-    task: str | None = None,
-    run: str | None = None,
-) -> list[SearchAttributePair[Any]]:
-    """The search attributes a gymflow workflow starts with (never GymflowStatus, see above)."""
-    pairs: list[SearchAttributePair[Any]] = [SearchAttributePair(names.SA_ENV, env)]
-    for key, value in ((names.SA_MODEL, model), (names.SA_BATCH, batch), (names.SA_TASK, task), (names.SA_RUN, run)):
-        if value:
-            pairs.append(SearchAttributePair(key, value))
-    return pairs
 
 
 def final_status(error: BaseException | None) -> Status | None:

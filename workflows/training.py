@@ -34,19 +34,14 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from gymflow.activities import errors
+    from gymflow.activities import errors, names
     from gymflow.activities.errors import TRAINER_FAILED
     from gymflow.activities.trainer_jobs import LaunchInput, StopInput, TeardownInput, TrainerActivities, WatchInput
     from gymflow.activities.training import (
         ManifestInput,
         TrainingActivities,
     )
-    from gymflow.workflows import names, status
-    from gymflow.workflows.activity_calls import describe, error_type, execute
-    from gymflow.workflows.status import Status
-    from gymflow.workflows.training_evals import Evaluator
-    from gymflow.workflows.training_prepare import LONG, QUICK, SHORT, prepare
-    from gymflow.workflows.training_schema import (
+    from gymflow.activities.training_schema import (
         CheckpointState,
         EvalSummary,
         FinishReport,
@@ -56,6 +51,11 @@ with workflow.unsafe.imports_passed_through():
         TrainingRunResult,
         TrainingRunState,
     )
+    from gymflow.workflows import status
+    from gymflow.workflows.activity_calls import describe, error_type, execute
+    from gymflow.workflows.status import Status
+    from gymflow.workflows.training_evals import Evaluator
+    from gymflow.workflows.training_prepare import LONG, QUICK, SHORT, prepare
 
 WATCH_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10))
 WATCH_HEARTBEAT = timedelta(seconds=10)
@@ -134,7 +134,7 @@ class TrainingRunWorkflow:
         self._state = input.state.model_copy(deep=True)
         self._evaluator: asyncio.Task[None] | None = None
         # GymflowEnv / GymflowRun at start (if the starter did not set them); GymflowStatus once, at close.
-        with status.Closing(status.start_attributes(input.config.env, run=self._run_id)) as self._status:
+        with status.Closing(names.start_attributes(input.config.env, run=self._run_id)) as self._status:
             return await self._run()
 
     async def _run(self) -> TrainingRunResult:

@@ -19,20 +19,20 @@ from temporalio.exceptions import CancelledError, ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from gymflow.activities import names
     from gymflow.activities.errors import TRAINING_CONFIG
     from gymflow.activities.model import ModelConfig
+    from gymflow.activities.schema import BatchInput, BatchResult
     from gymflow.activities.training import CompareInput, TrainingActivities
-    from gymflow.workflows import names, status
-    from gymflow.workflows.activity_calls import execute
-    from gymflow.workflows.group import BatchRolloutWorkflow
-    from gymflow.workflows.schema import BatchInput, BatchResult
-    from gymflow.workflows.training_schema import (
+    from gymflow.activities.training_schema import (
         CheckpointReport,
         EvalSummary,
         PreparedRun,
         RunConfig,
         TrainingRunState,
     )
+    from gymflow.workflows.activity_calls import execute
+    from gymflow.workflows.group import BatchRolloutWorkflow
 
 COMPARE_TIMEOUT = timedelta(minutes=2)
 COMPARE_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=[TRAINING_CONFIG])
@@ -45,10 +45,10 @@ async def child_batch(run_id: str, env: str, batch_id: str, batch: BatchInput) -
             BatchRolloutWorkflow.run,
             batch,
             id=batch_id,
-            # Rollouts run on the shared queue the run's training queue belongs to (gymflow.workflows.names).
+            # Rollouts run on the shared queue the run's training queue belongs to (gymflow.activities.names).
             task_queue=names.rollout_queue(workflow.info().task_queue),
             parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
-            search_attributes=TypedSearchAttributes(status.start_attributes(env, run=run_id, batch=batch_id)),
+            search_attributes=TypedSearchAttributes(names.start_attributes(env, run=run_id, batch=batch_id)),
         )
     except ChildWorkflowError as exc:
         if isinstance(exc.cause, CancelledError):

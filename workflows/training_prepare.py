@@ -18,8 +18,10 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from gymflow.activities import names
     from gymflow.activities.errors import TRAINING_CONFIG
     from gymflow.activities.model import ModelConfig
+    from gymflow.activities.schema import BatchInput
     from gymflow.activities.training import (
         BundleInfo,
         BundleRequest,
@@ -29,11 +31,9 @@ with workflow.unsafe.imports_passed_through():
         ValidateInput,
         ValidationReport,
     )
-    from gymflow.workflows import names
+    from gymflow.activities.training_schema import PreparedRun, RunConfig, TrainingRunState
     from gymflow.workflows.activity_calls import execute
-    from gymflow.workflows.schema import BatchInput
     from gymflow.workflows.training_evals import child_batch
-    from gymflow.workflows.training_schema import PreparedRun, RunConfig, TrainingRunState
 
 QUICK = RetryPolicy(maximum_attempts=5, non_retryable_error_types=[TRAINING_CONFIG])
 SHORT = timedelta(minutes=2)

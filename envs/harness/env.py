@@ -20,7 +20,7 @@ Placeholders, filled in the command's arguments and the `env` values: ``{prompt}
 In a string command they are shell-quoted. A task may replace the command or add variables with
 ``init_args: {command: ..., env: {...}}``.
 
-Everything else is an env file's (gymflow.envs.mcp.envfile): `reward`, `dataset`, `workspace` seed
+Everything else is an env file's (gymflow.envs.envfile): `reward`, `dataset`, `workspace` seed
 files and setup, `system_prompt` (unused by the program; kept for the trajectory). MCP servers may be
 listed too; the program does not see them, a reward may call them.
 
@@ -115,7 +115,7 @@ class ProgramHost:
 
     A subclass of `BaseEnv` mixes it in and says where the program runs (`program_home`) and what
     else it must be told (`program_variables`); `HarnessEnv` runs it in the rollout's workspace, a
-    Harbor harness env (gymflow.envs.harness.harbor) on the node with the task's container at hand.
+    Harbor harness env (gymflow.envs.builtin.harbor.harness) on the node with the task's container at hand.
     """
 
     harness: ClassVar[Harness | None] = None

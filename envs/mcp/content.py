@@ -33,8 +33,8 @@ from typing import Any, Literal
 import mcp_types
 
 from gymflow.envs.contract import ToolAttachment, ToolResult
-from gymflow.envs.mcp import workspace as ws
-from gymflow.envs.mcp.plugins import load_callable
+from gymflow.envs.plugins import load_callable
+from gymflow.envs.runtime import workspace as ws
 
 Parser = Callable[[ToolResult], "ToolResult | str | Any | Awaitable[ToolResult | str | Any]"]
 MEDIA_DIR = ".media"

@@ -10,8 +10,8 @@ Three ways to define one:
 
 * a subclass with `mcp_servers`, `system_prompt` and `compute_reward` (see envs/examples/units.py);
 * `McpEnv.from_config({"mcpServers": ...})` for servers alone;
-* `McpEnv.from_file("env.yaml")`: servers, prompt, reward functions, dataset and recovery flags
-  from one YAML/JSON file (gymflow.envs.mcp.envfile); `gymflow rollout env.yaml` runs it.
+* an env file (`gymflow.envs.envfile.env_from_file("env.yaml")`): servers, prompt, reward functions,
+  dataset and recovery flags from one YAML/JSON file; `gymflow rollout env.yaml` runs it.
 
 Where the servers run is the env's `runtime` (a class attribute, `runtime:` in an env file;
 gymflow.envs.runtime.config): local processes by default, or one container per rollout on the
@@ -34,7 +34,6 @@ from pydantic import ValidationError
 
 from gymflow.envs.contract import BaseEnv, Message, Reward, ToolResult, ToolSpec, Unavailable
 from gymflow.envs.errors import InfraError, RolloutNotFound
-from gymflow.envs.mcp import workspace as ws
 from gymflow.envs.mcp.config import McpServerConfig, parse_servers
 from gymflow.envs.mcp.content import Parser, load_parser
 from gymflow.envs.mcp.instance import ServerSet, ServerSetFactory, public_names
@@ -42,9 +41,10 @@ from gymflow.envs.mcp.ledger import LEDGER_DIR, Ledger
 from gymflow.envs.mcp.library_reward import DEFAULT_REWARD
 from gymflow.envs.mcp.pool import WarmPool
 from gymflow.envs.mcp.reward import RewardFn, RolloutTools, final_text, score
+from gymflow.envs.runtime import workspace as ws
+from gymflow.envs.runtime.admission import Admission
 from gymflow.envs.runtime.config import RuntimeConfig
 from gymflow.envs.runtime.node import NodeRuntimes, unavailable_runtime
-from gymflow.workers.admission import Admission
 
 DEFAULT_POOL_SIZE = 2
 """Server sets kept started per env instance unless `pool_size` says otherwise."""
@@ -178,16 +178,6 @@ class McpEnv(BaseEnv):
     def from_config(cls, config: Mapping[str, Any], **kwargs: Any) -> McpEnv:
         """An env from an `mcpServers` mapping alone (no reward beyond the default)."""
         return cls(servers=config, **kwargs)
-
-    @classmethod
-    def from_file(cls, path: str | Path, **kwargs: Any) -> McpEnv:
-        """An env from a YAML/JSON env file (see gymflow.envs.mcp.envfile); raises ValueError naming a bad key."""
-        from gymflow.envs.mcp.envfile import env_class_from_file
-
-        env = env_class_from_file(Path(path))(**kwargs)
-        if not isinstance(env, McpEnv):
-            raise TypeError(f"{path} describes an env played on another base (its 'base' key), not an McpEnv")
-        return env
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def init_rollout(self, rollout_id: str, **rollout_args: Any) -> None:

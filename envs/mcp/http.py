@@ -31,7 +31,7 @@ from anyio.abc import Process
 
 from gymflow.envs.errors import InfraError
 from gymflow.envs.mcp.config import PORT, TOKEN_ENV, McpServerConfig
-from gymflow.envs.mcp.transport import kill_group, server_env, with_log_tail
+from gymflow.envs.runtime.transport import kill_group, server_env, with_log_tail
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer

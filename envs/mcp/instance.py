@@ -25,11 +25,11 @@ from gymflow.envs.mcp.config import McpServerConfig
 from gymflow.envs.mcp.content import Parser
 from gymflow.envs.mcp.ledger import Ledger
 from gymflow.envs.mcp.session import McpSession
-from gymflow.envs.mcp.workspace import WorkspaceSeed, seed_workspace
+from gymflow.envs.runtime.admission import Admission
 from gymflow.envs.runtime.base import Sandbox
 from gymflow.envs.runtime.config import RuntimeConfig
 from gymflow.envs.runtime.node import NodeRuntimes
-from gymflow.workers.admission import Admission
+from gymflow.envs.runtime.workspace import WorkspaceSeed, seed_workspace
 
 
 @dataclass
@@ -109,7 +109,7 @@ class ServerSetFactory:
     async def start(self) -> ServerSet:
         """Create a fresh workspace, seed it, and start every server in it (cwd = workspace).
 
-        Waits for one of the node's start slots first (`gymflow.workers.admission`), so starts beyond the
+        Waits for one of the node's start slots first (`gymflow.envs.runtime.admission`), so starts beyond the
         node's capacity queue instead of sharing the cores until every handshake times out; the
         handshake timeout runs from admission.
 

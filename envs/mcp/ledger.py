@@ -174,3 +174,27 @@ def _kill_group(leader: int, started: int | None) -> list[int]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     return members
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether `pid` still runs; a child of ours that has exited is reaped on the way.
+
+    /proc/PID/stat shows the main thread only: a multi-threaded worker whose main thread is done
+    reads "Z" while its other threads still wind down, and cannot be reaped yet. So a process
+    counts as gone once it is reaped (our child) or every one of its threads is a zombie.
+    """
+    try:
+        with contextlib.suppress(ChildProcessError):
+            reaped, _ = os.waitpid(pid, os.WNOHANG)
+            return reaped == 0  # our child: alive until reaped
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return False
+    return any(_state(task / "stat") not in {"Z", "X", None} for task in tasks)
+
+
+def _state(stat: Path) -> str | None:
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None

@@ -43,8 +43,8 @@ from pydantic import Field, model_validator
 
 from gymflow.envs import rewards as reward_library
 from gymflow.envs.contract import Wire
-from gymflow.envs.mcp.plugins import load_callable
 from gymflow.envs.mcp.reward import signature_problem
+from gymflow.envs.plugins import load_callable
 from gymflow.envs.rewards.extract import extract_answer, extract_boxed, extract_tag
 
 EXTRACTORS = ("answer", "answer_tag", "boxed", "text")

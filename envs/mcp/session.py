@@ -30,8 +30,8 @@ from gymflow.envs.errors import InfraError, ToolError
 from gymflow.envs.mcp.config import WORKSPACE, McpServerConfig
 from gymflow.envs.mcp.content import Parser, apply_parser, render_result
 from gymflow.envs.mcp.http import HttpServerProcess
-from gymflow.envs.mcp.transport import ProcessTransport, with_log_tail
 from gymflow.envs.runtime.base import Sandbox
+from gymflow.envs.runtime.transport import ProcessTransport, with_log_tail
 
 _KILL_CONFIRM_S = 5.0
 """Longest a tool timeout waits for the killed server to be gone before answering."""

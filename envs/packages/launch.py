@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.envs.errors import PackageError
-from gymflow.envs.mcp.transport import server_env
 from gymflow.envs.packages import store
 from gymflow.envs.packages.bridge.__main__ import ENV_VAR
 from gymflow.envs.packages.store import EnvDecl, PackageRecord
+from gymflow.envs.runtime.transport import server_env
 
 BRIDGE_SOURCE = Path(__file__).with_name("bridge")
 BRIDGE_MODULE = "gymflow_bridge"

@@ -32,8 +32,9 @@ from gymflow.envs.rewards.group import (
 )
 from gymflow.envs.rewards.judge import JudgeVerdict, parse_judge_reply, render_judge_prompt, verdict_reward
 from gymflow.envs.rewards.numeric import math_equivalent, numeric_close, parse_number
-from gymflow.envs.rewards.rubric import Criterion, Rubric, aggregate
+from gymflow.envs.rewards.rubric import aggregate
 from gymflow.envs.rewards.text import exact_match, normalize_answer, normalized_match, set_iou, split_items, token_f1
+from gymflow.envs.wire.rubric import Criterion, Rubric
 
 __all__ = [
     "Criterion",

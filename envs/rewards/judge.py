@@ -37,7 +37,8 @@ from pydantic import Field
 from gymflow.envs.contract import Message, Reward, Wire
 from gymflow.envs.errors import JudgeParseError
 from gymflow.envs.rewards.lenient_json import LenientJSONError, json_candidates, loads_lenient
-from gymflow.envs.rewards.rubric import Criterion, Rubric, aggregate, criterion_key
+from gymflow.envs.rewards.rubric import aggregate
+from gymflow.envs.wire.rubric import Criterion, Rubric, criterion_key
 
 MAX_REPLY_CHARS = 50_000
 """Longer replies are rejected: a judge that rambles this much has not followed the format."""

@@ -10,9 +10,9 @@ not see the host: each command or server runs under `bwrap` with
 * as root, a uid of its own per rollout (`setpriv`, no capabilities, no_new_privs), the workspace
   owned by it, so one rollout cannot touch another's files or processes;
 * `prlimit` resource limits from `Limits`: address space (`memory_mb`), processes (`pids`), open
-  files; disk is the workspace's quota (the env's, gymflow.envs.mcp.workspace), not enforced here.
+  files; disk is the workspace's quota (the env's, gymflow.envs.runtime.workspace), not enforced here.
 
-It shares the sheets sandbox's command-line plumbing (gymflow.envs.builtin.sheets.confine) rather
+It shares the sheets sandbox's command-line plumbing (gymflow.envs.runtime.confine) rather
 than copying it. Unlike the container runtime it runs no image: `RolloutSpec.image` is refused.
 """
 
@@ -25,11 +25,9 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gymflow.envs.builtin.sheets import confine
 from gymflow.envs.contract import Unavailable
 from gymflow.envs.errors import SandboxError
-from gymflow.envs.mcp.transport import server_env
-from gymflow.envs.mcp.workspace import resolve_inside
+from gymflow.envs.runtime import confine
 from gymflow.envs.runtime.base import (
     DEFAULT_MAX_OUTPUT_BYTES,
     ExecResult,
@@ -40,6 +38,8 @@ from gymflow.envs.runtime.base import (
     StdioCommand,
     run_on_host,
 )
+from gymflow.envs.runtime.transport import server_env
+from gymflow.envs.runtime.workspace import resolve_inside
 
 UID_BASE = 1_200_000
 """Sandbox uids (as root) are UID_BASE + a hash of the rollout id: far above any real user."""

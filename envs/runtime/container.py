@@ -38,7 +38,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from gymflow.envs.errors import SandboxError, UserError
-from gymflow.envs.mcp.transport import server_env
 from gymflow.envs.runtime import egress, owners
 from gymflow.envs.runtime.base import (
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -60,6 +59,7 @@ from gymflow.envs.runtime.engine import (
     Engine,
     client_dir,
 )
+from gymflow.envs.runtime.transport import server_env
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,6 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gymflow.envs.mcp.transport import server_env
-from gymflow.envs.mcp.workspace import resolve_inside
 from gymflow.envs.runtime.base import (
     DEFAULT_MAX_OUTPUT_BYTES,
     ExecResult,
@@ -23,6 +21,8 @@ from gymflow.envs.runtime.base import (
     StdioCommand,
     run_on_host,
 )
+from gymflow.envs.runtime.transport import server_env
+from gymflow.envs.runtime.workspace import resolve_inside
 
 
 class ProcessSandbox(Sandbox):

@@ -37,8 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gymflow.envs.contract import Message, ToolCall, ToolSpec
 from gymflow.envs.errors import ChatFormatError
+from gymflow.envs.wire.models import Message, ToolCall, ToolSpec
 
 ToolFormat = Literal["native", "hermes"]
 

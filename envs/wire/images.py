@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gymflow.envs.contract import Message, ToolSpec
 from gymflow.envs.wire.chat import ToolFormat, render_messages
+from gymflow.envs.wire.models import Message, ToolSpec
 
 
 def render_messages_with_images(

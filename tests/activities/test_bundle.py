@@ -14,11 +14,11 @@ from temporalio.testing import ActivityEnvironment
 
 from gymflow.activities.bundle import build_bundle, pinned_requirements, read_splits, sha256
 from gymflow.activities.storage import LoadTasksInput, StorageActivities
+from gymflow.activities.training_schema import DatasetConfig
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.contract import Task
 from gymflow.envs.datagen.format import to_jsonl
 from gymflow.envs.errors import DatasetError
-from gymflow.workflows.training_schema import DatasetConfig
 
 
 def test_the_env_bundle_is_reproducible_and_installable_as_an_sdist() -> None:

@@ -16,12 +16,12 @@ from typing import Any, ClassVar
 import pytest
 from temporalio.client import Client
 
+from gymflow.activities.names import ROLLOUT_WORKFLOW
+from gymflow.activities.schema import RolloutResult
 from gymflow.envs.contract import BaseEnv, Message, Reward, Task, TerminationReason, ToolSpec, Unavailable
 from gymflow.envs.policy import NullPolicy
 from gymflow.envs.registry import register
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.names import ROLLOUT_WORKFLOW
-from gymflow.workflows.schema import RolloutResult
 from support import play, temporal_cli
 
 FIX = "apt-get install frobnicator"

@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from gymflow.activities.judge import JudgeActivities, JudgeInput, JudgeResult
     from gymflow.activities.model import ModelConfig
     from gymflow.envs.contract import Message, Wire
-    from gymflow.envs.rewards.rubric import Criterion, Rubric
+    from gymflow.envs.wire.rubric import Criterion, Rubric
     from gymflow.workers.judge_worker import judge_worker
     from gymflow.workers.sandbox_runner import workflow_runner
     from gymflow.workers.servers.policy import AppServer

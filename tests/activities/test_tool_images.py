@@ -14,6 +14,7 @@ from starlette.types import Receive, Scope, Send
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RolloutInput
 from gymflow.envs.contract import Message, Task, TerminationReason, ToolAttachment
 from gymflow.envs.policy import Policy
 from gymflow.envs.wire import chat
@@ -21,7 +22,6 @@ from gymflow.envs.wire.images import render_messages_with_images
 from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.servers.policy import AppServer, build_app
 from gymflow.workers.worker import running_worker
-from gymflow.workflows.schema import RolloutInput
 from support import ScriptedPolicy, call, make_settings
 
 SIZE = 12 * 1024

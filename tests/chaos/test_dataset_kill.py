@@ -24,11 +24,11 @@ from temporalio.client import Client, WorkflowHandle
 
 from gymflow.activities.dataset_models import DatasetSource, GenerationOptions
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.names import dataset_queue, node_queue
+from gymflow.activities.schema import DatasetInput, DatasetResult
 from gymflow.envs.builtin.search.sample import write_sample_corpus
 from gymflow.envs.datagen import format as fmt
 from gymflow.workflows.dataset import DatasetGenerationWorkflow
-from gymflow.workflows.names import dataset_queue, node_queue
-from gymflow.workflows.schema import DatasetInput, DatasetResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

@@ -23,13 +23,13 @@ from temporalio.client import Client
 
 from bench.workload import LatencyMiddleware, endpoint
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.names import node_queue
+from gymflow.activities.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
 from gymflow.activities.storage import read_trajectories
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.builtin.math.policy import CalculatorPolicy
 from gymflow.workers.servers.policy import AppServer, build_app
 from gymflow.workflows.group import BatchRolloutWorkflow
-from gymflow.workflows.names import node_queue
-from gymflow.workflows.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

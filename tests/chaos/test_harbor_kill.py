@@ -24,13 +24,13 @@ from mcp_support import node_ids, wait_polling
 from temporalio.client import Client, WorkflowHandle
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.names import node_queue
+from gymflow.activities.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
 from gymflow.activities.storage import read_trajectories
 from gymflow.envs.builtin.harbor.env import HarborEnv
 from gymflow.envs.builtin.harbor.policy import OraclePolicy
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workflows.group import BatchRolloutWorkflow
-from gymflow.workflows.names import node_queue
-from gymflow.workflows.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 __all__ = ["base_image"]  # the fixture: a real podman and the base image, or a skip naming the install

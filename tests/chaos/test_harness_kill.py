@@ -27,11 +27,11 @@ from mcp_support import node_ids, wait_polling
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.names import node_queue
+from gymflow.activities.schema import RetrySettings, RolloutInput
 from gymflow.envs.contract import TerminationReason
 from gymflow.workers.sdk.client import start_rollout
 from gymflow.workers.servers.policy import PolicyServer
-from gymflow.workflows.names import node_queue
-from gymflow.workflows.schema import RetrySettings, RolloutInput
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

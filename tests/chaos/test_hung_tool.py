@@ -14,13 +14,13 @@ import pytest
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RolloutInput
 from gymflow.envs.contract import Message, Task, ToolCall, ToolSpec
 from gymflow.envs.mcp.env import McpEnv
 from gymflow.envs.policy import Policy
 from gymflow.workers.sdk.client import start_rollout
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker, running_worker
-from gymflow.workflows.schema import RolloutInput
 from support import make_settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

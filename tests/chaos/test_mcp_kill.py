@@ -23,13 +23,13 @@ from chaos_support import CountingPolicy, counting_tasks
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RetrySettings, RolloutInput, RolloutLimits, RolloutResult
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.contract import TerminationReason
 from gymflow.envs.mcp.env import McpEnv
 from gymflow.workers.sdk.client import run_rollouts
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import running_worker
-from gymflow.workflows.schema import RetrySettings, RolloutInput, RolloutLimits, RolloutResult
 from support import make_settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

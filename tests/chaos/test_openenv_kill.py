@@ -20,11 +20,11 @@ from interop_support import Driver, record_of, require
 from mcp_support import node_ids, wait_polling
 from temporalio.client import Client
 
+from gymflow.activities.names import node_queue
+from gymflow.activities.schema import RetrySettings, RolloutLimits
+from gymflow.activities.session_schema import SessionInput
 from gymflow.envs.contract import Task, Trajectory
-from gymflow.workers.servers.openenv import OpenEnvExporter
-from gymflow.workflows.names import node_queue
-from gymflow.workflows.schema import RetrySettings, RolloutLimits
-from gymflow.workflows.session_schema import SessionInput
+from gymflow.workers.sdk.openenv import OpenEnvExporter
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

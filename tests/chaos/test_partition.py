@@ -52,14 +52,14 @@ from temporalio.client import Client, WorkflowHandle
 from bench.netns import FleetNodes, Network, process_count, start_server, unavailable
 from gymflow.activities.env import RolloutHandle
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.names import node_queue
+from gymflow.activities.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
 from gymflow.activities.storage import read_trajectories
+from gymflow.workers.client import connect
 from gymflow.workers.metrics import SAMPLE_S
-from gymflow.workers.sdk.client import connect
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.servers.temporal import wait_until_reachable
 from gymflow.workflows.group import BatchRolloutWorkflow
-from gymflow.workflows.names import node_queue
-from gymflow.workflows.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
 
 REASON = unavailable()
 pytestmark = [

@@ -29,14 +29,14 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.names import node_queue
+from gymflow.activities.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
 from gymflow.activities.storage import read_trajectories
 from gymflow.envs.mcp.http import free_port
-from gymflow.workers.sdk.client import connect
+from gymflow.workers.client import connect
 from gymflow.workers.servers import temporal as embedded
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workflows.group import BatchRolloutWorkflow
-from gymflow.workflows.names import node_queue
-from gymflow.workflows.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

@@ -18,11 +18,11 @@ from chaos_support import call_ledger, counting_env_file, executions, fleet, fle
 from mcp_support import node_ids, wait_polling
 from temporalio.client import Client
 
+from gymflow.activities.names import node_queue
+from gymflow.activities.schema import RetrySettings, RolloutLimits
+from gymflow.activities.session_schema import SessionInput
 from gymflow.envs.contract import Message, Task, ToolCall
 from gymflow.workers.sdk.sessions import start_session
-from gymflow.workflows.names import node_queue
-from gymflow.workflows.schema import RetrySettings, RolloutLimits
-from gymflow.workflows.session_schema import SessionInput
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

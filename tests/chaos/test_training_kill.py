@@ -21,10 +21,10 @@ from chaos_support import fleet, fleet_spec
 from mcp_support import ROOT, node_ids, wait_polling
 from temporalio.client import Client, WorkflowHandle
 
-from gymflow.workflows import names
-from gymflow.workflows.names import node_queue, training_queue
+from gymflow.activities import names
+from gymflow.activities.names import node_queue, training_queue
+from gymflow.activities.training_schema import RunConfig, TrainingRunInput
 from gymflow.workflows.training import TrainingRunWorkflow
-from gymflow.workflows.training_schema import RunConfig, TrainingRunInput
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

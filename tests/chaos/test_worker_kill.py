@@ -33,11 +33,11 @@ from mcp_support import node_ids, wait_polling
 from temporalio.client import Client, WorkflowHandle
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.names import node_queue
+from gymflow.activities.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
 from gymflow.activities.storage import read_trajectories
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workflows.group import BatchRolloutWorkflow
-from gymflow.workflows.names import node_queue
-from gymflow.workflows.schema import BatchInput, BatchResult, RetrySettings, RolloutLimits, RolloutOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

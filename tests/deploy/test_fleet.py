@@ -13,11 +13,11 @@ from mcp_support import ROOT, node_ids, node_queues_of, wait_polling
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.names import node_queue
+from gymflow.activities.schema import RetrySettings, RolloutInput
 from gymflow.deploy import launcher
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.workers.sdk.client import start_rollout
-from gymflow.workflows.names import node_queue
-from gymflow.workflows.schema import RetrySettings, RolloutInput
 
 pytestmark = pytest.mark.slow
 

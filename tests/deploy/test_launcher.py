@@ -16,9 +16,10 @@ import yaml
 from mcp_support import ROOT, node_ids, wait_polling
 from temporalio.client import Client
 
+from gymflow.activities.names import node_queue
 from gymflow.deploy import launcher
+from gymflow.envs.mcp.ledger import pid_alive
 from gymflow.workers.cli.main import main
-from gymflow.workflows.names import node_queue
 
 
 def test_dryrun_prints_the_task_without_skypilot(
@@ -101,8 +102,8 @@ def test_a_child_that_exited_counts_as_stopped_and_is_reaped() -> None:
         while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":  # wait until it is a zombie
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        assert launcher.pid_alive(running.pid)
-        assert not launcher.pid_alive(exited.pid) and not stat.exists()  # reaped, not left behind
+        assert pid_alive(running.pid)
+        assert not pid_alive(exited.pid) and not stat.exists()  # reaped, not left behind
     finally:
         running.kill()
         running.wait()
@@ -123,9 +124,9 @@ def test_a_process_whose_main_thread_is_done_but_another_runs_is_alive() -> None
         while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":  # the main thread has exited
             assert time.monotonic() < deadline
             time.sleep(0.005)
-        assert launcher.pid_alive(child.pid)
+        assert pid_alive(child.pid)
         assert child.stdout is not None and child.stdout.readline() == b"done\n"
-        while launcher.pid_alive(child.pid):
+        while pid_alive(child.pid):
             assert time.monotonic() < deadline
             time.sleep(0.005)
         assert not stat.exists()

@@ -17,8 +17,8 @@ import pytest
 import yaml
 from mcp_support import ROOT
 
+from gymflow.activities import trainer_backends as backends
 from gymflow.deploy import launcher
-from gymflow.deploy import training as backends
 from gymflow.workers.cli.main import main
 
 DEPLOY = ROOT / "deploy"

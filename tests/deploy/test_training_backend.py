@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.deploy.training import LocalJobs, cluster_name, group_alive, tail_file
+from gymflow.activities.trainer_backends import LocalJobs, cluster_name, group_alive, tail_file
 
 
 def wait_for(predicate: object, timeout_s: float = 20) -> None:

@@ -1,4 +1,4 @@
-"""Node-level admission control (gymflow.workers.admission) and how the env activities use it."""
+"""Node-level admission control (gymflow.envs.runtime.admission) and how the env activities use it."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from gymflow.activities.env_schema import CallToolInput
 from gymflow.envs.contract import BaseEnv, Message, ToolCall, ToolResult, ToolSpec
 from gymflow.envs.errors import InfraError
 from gymflow.envs.registry import register
-from gymflow.workers.admission import Admission, Capacity
+from gymflow.envs.runtime.admission import Admission, Capacity
 
 
 def test_capacity_follows_cores_and_memory() -> None:
@@ -139,7 +139,7 @@ async def test_envs_that_are_not_cpu_bound_are_never_queued(tmp_path: Path) -> N
 
 POOL_ORPHAN = """
 import asyncio, os
-from gymflow.workers.admission import Admission, Capacity
+from gymflow.envs.runtime.admission import Admission, Capacity
 
 async def main():
     admission = Admission(Capacity(starts=1, runs=1, rewards=1, cpu_workers=1, window=4))
@@ -183,7 +183,7 @@ def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path: Path) -> Non
     script = tmp_path / "unguarded.py"
     script.write_text(
         "import asyncio, os\n"
-        "from gymflow.workers.admission import Admission, Capacity\n"
+        "from gymflow.envs.runtime.admission import Admission, Capacity\n"
         "admission = Admission(Capacity(starts=1, runs=1, rewards=1, cpu_workers=1, window=4), nice=0)\n"
         "try:\n"
         "    asyncio.run(admission.cpu(os.getpid))\n"

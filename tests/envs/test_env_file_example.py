@@ -5,10 +5,10 @@ from __future__ import annotations
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RolloutInput
 from gymflow.envs.registry import env_class
 from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.schema import RolloutInput
 
 EXAMPLE = "envs/examples/calculator.yaml"  # relative: the worker resolves it from its cwd, like the CLI
 

@@ -7,12 +7,12 @@ from pathlib import Path
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RolloutInput
 from gymflow.envs.contract import Message
 from gymflow.envs.examples.units import UnitsEnv
 from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.schema import RolloutInput
 from support import ScriptedPolicy, call
 
 ROOT = Path(__file__).parents[2]

@@ -27,11 +27,11 @@ from temporalio.testing import ActivityEnvironment
 
 from gymflow.activities.errors import CONTEXT_LENGTH, MODEL_ERROR, MODEL_REJECTED
 from gymflow.activities.model import GenerateInput, ModelActivities, ModelConfig
+from gymflow.activities.schema import RetrySettings, RolloutInput, RolloutLimits
 from gymflow.envs.contract import Message, Task, TerminationReason, ToolSpec
 from gymflow.workers.sdk.client import start_rollout
 from gymflow.workers.servers.policy import AppServer
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.schema import RetrySettings, RolloutInput, RolloutLimits
 
 TOOLS = [
     ToolSpec(name="add", input_schema={"type": "object", "properties": {"a": {}, "b": {}}}),

@@ -23,10 +23,10 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from gymflow.activities.names import ROLLOUT_WORKFLOW
+from gymflow.activities.schema import RolloutResult
 from gymflow.workers.servers.temporal import temporal_binary
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.names import ROLLOUT_WORKFLOW
-from gymflow.workflows.schema import RolloutResult
 
 STUCK_AFTER_S = 60.0
 """A case not closed by then counts as stuck."""

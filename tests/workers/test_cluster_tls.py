@@ -32,13 +32,13 @@ from tls_support import NGINX_INSTALL, Pki, TlsFront, nginx_binary
 
 import gymflow
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RolloutInput
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.errors import ConnectionFailed, MissingSearchAttributes
 from gymflow.workers.cli.main import main
 from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.servers.temporal import temporal_binary
 from gymflow.workers.worker import running_worker
-from gymflow.workflows.schema import RolloutInput
 from support import make_settings
 
 ROOT = Path(__file__).parents[2]

@@ -24,10 +24,12 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RolloutInput
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.errors import CodecKeyError
 from gymflow.envs.mcp.http import free_port
-from gymflow.workers.sdk.client import connect, data_converter, run_rollout
+from gymflow.workers.client import connect, data_converter
+from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.servers.codec import (
     ENCODING,
     KEY_ID,
@@ -40,7 +42,6 @@ from gymflow.workers.servers.codec import (
 )
 from gymflow.workers.servers.temporal import temporal_binary
 from gymflow.workers.worker import running_worker
-from gymflow.workflows.schema import RolloutInput
 from support import make_settings
 
 UI_ORIGIN = "http://localhost:8233"

@@ -6,6 +6,7 @@ import json
 
 from gymflow.activities.env_schema import CallToolInput, RolloutHandle
 from gymflow.activities.model import GenerateResult, ModelConfig
+from gymflow.activities.schema import RolloutInput
 from gymflow.activities.turn import PlayTurnResult
 from gymflow.envs.contract import (
     Message,
@@ -18,8 +19,7 @@ from gymflow.envs.contract import (
     Usage,
     Wire,
 )
-from gymflow.workers.sdk.client import DATA_CONVERTER
-from gymflow.workflows.schema import RolloutInput
+from gymflow.workers.client import DATA_CONVERTER
 
 CONVERTER = DATA_CONVERTER.payload_converter
 

@@ -11,13 +11,13 @@ from collections.abc import Iterator, Sequence
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RetrySettings, RolloutOptions
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.builtin.math.policy import CalculatorPolicy
 from gymflow.envs.contract import Message, Task, ToolSpec
 from gymflow.workers.sdk.groups import GymflowClient
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.schema import RetrySettings, RolloutOptions
 
 
 class CountingPolicy(CalculatorPolicy):

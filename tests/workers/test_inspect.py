@@ -16,7 +16,9 @@ from mcp_support import eventually
 from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.client import Client
 
+from gymflow.activities import names
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import BatchInput, RolloutInput, RolloutOptions
 from gymflow.envs.builtin.crm.policy import ReferencePolicy
 from gymflow.envs.builtin.crm.tasks import generate_tasks, make_task
 from gymflow.envs.builtin.math.data import generate_tasks as generate_math_tasks
@@ -25,9 +27,7 @@ from gymflow.workers.cli import inspect, status
 from gymflow.workers.sdk.client import start_rollout
 from gymflow.workers.servers.policy import AppServer, build_app
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows import names
 from gymflow.workflows.group import BatchRolloutWorkflow
-from gymflow.workflows.schema import BatchInput, RolloutInput, RolloutOptions
 
 UI = "http://localhost:9999/namespaces/default"
 

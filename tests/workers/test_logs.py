@@ -34,7 +34,7 @@ from gymflow.workers.servers.policy import AppServer
 
 ROOT = Path(__file__).parents[2]
 PROGRESS = re.compile(r"^(\[\d+/\d+\] |progress: \d+/\d+ )")
-"""The commands' own progress lines (gymflow.workers.cli.progress, off a terminal), not log lines."""
+"""The commands' own progress lines (gymflow.workers.sdk.progress, off a terminal), not log lines."""
 
 
 def _gymflow(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -22,12 +22,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RetrySettings, RolloutInput
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.mcp.http import free_port
 from gymflow.workers import metrics as gm
-from gymflow.workers.sdk.client import connect, start_rollout
+from gymflow.workers.client import connect
+from gymflow.workers.sdk.client import start_rollout
 from gymflow.workers.worker import running_worker
-from gymflow.workflows.schema import RetrySettings, RolloutInput
 from support import make_settings
 
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana-dashboard.json"

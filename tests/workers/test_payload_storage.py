@@ -17,10 +17,10 @@ from moto.server import ThreadedMotoServer
 from temporalio.client import Client
 
 from gymflow.activities.env import TOOL_RESULT_SHARE
+from gymflow.activities.schema import RetrySettings, RolloutLimits
 from gymflow.envs.contract import Message, Task, TerminationReason
-from gymflow.workers.sdk.client import connect, data_converter
+from gymflow.workers.client import connect, data_converter
 from gymflow.workers.worker import running_worker
-from gymflow.workflows.schema import RetrySettings, RolloutLimits
 from support import ScriptedPolicy, call, make_settings, play
 
 BLOB = 5_000_000

@@ -23,6 +23,8 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.names import node_queue
+from gymflow.activities.schema import RolloutInput, RolloutResult
 from gymflow.activities.turn import TURN_ACTIVITY
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.mcp.ledger import start_time
@@ -30,8 +32,6 @@ from gymflow.workers.cli.main import main
 from gymflow.workers.config import Settings
 from gymflow.workers.processes import Supervisor, child_environment, parse_processes
 from gymflow.workers.sdk.client import start_rollout
-from gymflow.workflows.names import node_queue
-from gymflow.workflows.schema import RolloutInput, RolloutResult
 
 ENV_ACTIVITIES = ("call_tool", "compute_reward", TURN_ACTIVITY, "release_rollout")
 """The activities a rollout schedules on its node's queue (math fuses its turns into `play_turn`)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from gymflow.workers.cli.progress import Progress
+from gymflow.workers.sdk.progress import Progress
 
 
 class Clock:

@@ -18,7 +18,9 @@ import pytest
 import yaml
 from temporalio.client import Client
 
+from gymflow.activities import names
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import DatasetInput, DatasetSource, RolloutInput
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.workers.cli.main import main
 from gymflow.workers.config import ROLES, Settings
@@ -26,9 +28,7 @@ from gymflow.workers.processes import child_environment
 from gymflow.workers.roles import BUILDERS, COMMAND_ROLES, all_workflows
 from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.worker import running_worker
-from gymflow.workflows import names
 from gymflow.workflows.dataset import DatasetGenerationWorkflow
-from gymflow.workflows.schema import DatasetInput, DatasetSource, RolloutInput
 from support import make_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ OTHER_ROLES_MODULES = (
     "gymflow.activities.bundle",
     "gymflow.workflows.dataset",
     "gymflow.workflows.training",
-    "gymflow.deploy.training",
+    "gymflow.activities.trainer_backends",
 )
 """The dataset and training roles' machinery: a worker without those roles never imports it."""
 
@@ -97,7 +97,7 @@ def test_a_rollout_only_worker_process_never_imports_the_other_roles(temporal_ad
         f"""
         import asyncio, json, sys
         from gymflow.workers.config import Settings
-        from gymflow.workers.sdk.client import connect
+        from gymflow.workers.client import connect
         from gymflow.workers.worker import running_worker
 
         async def main():

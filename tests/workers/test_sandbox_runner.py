@@ -33,12 +33,13 @@ from temporalio.worker.workflow_sandbox import _runner as sdk_runner
 # This module holds a workflow, so the sandbox re-imports it: what it imports passes through.
 with workflow.unsafe.imports_passed_through():
     from gymflow.activities.model import ModelConfig
+    from gymflow.activities.schema import RolloutInput
     from gymflow.envs.builtin.math.data import generate_tasks
-    from gymflow.workers import sandbox_fast, sandbox_runner
+    from gymflow.workers import sandbox_code, sandbox_fast, sandbox_runner
+    from gymflow.workers.client import DATA_CONVERTER
     from gymflow.workers.roles import all_workflows
     from gymflow.workers.sandbox_runner import SANDBOX_RESTRICTIONS, workflow_runner
-    from gymflow.workers.sdk.client import DATA_CONVERTER, run_rollout
-    from gymflow.workflows.schema import RolloutInput
+    from gymflow.workers.sdk.client import run_rollout
 
 ROOT = Path(__file__).parents[2]
 HISTORIES = sorted((Path(__file__).parents[1] / "workflows" / "histories").glob("*.json"))
@@ -145,31 +146,31 @@ class _CountsItsModuleRuns:
 
 async def test_workflow_modules_compile_once_and_still_run_afresh_per_run(client: Client) -> None:
     queue = f"sandbox-{uuid.uuid4().hex[:8]}"
-    hits = sandbox_runner.ModuleCodeCache.hits
+    hits = sandbox_code.ModuleCodeCache.hits
     async with Worker(client, task_queue=queue, workflows=[_CountsItsModuleRuns], workflow_runner=workflow_runner()):
         counts = [
             await client.execute_workflow("CountsItsModuleRuns", id=f"sandbox-{uuid.uuid4().hex}", task_queue=queue)
             for _ in range(3)
         ]
     assert counts == [1, 1, 1]  # each run executed the module anew: its state is the run's own
-    assert sandbox_runner.ModuleCodeCache.hits - hits >= 3  # ... from code compiled once
-    assert __name__ in sandbox_runner.ModuleCodeCache.modules
+    assert sandbox_code.ModuleCodeCache.hits - hits >= 3  # ... from code compiled once
+    assert __name__ in sandbox_code.ModuleCodeCache.modules
 
 
 def test_a_changed_module_file_is_compiled_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source = tmp_path / "gymflow_cache_probe.py"
     source.write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    sandbox_runner.ModuleCodeCache.cover("gymflow_cache_probe")
+    sandbox_code.ModuleCodeCache.cover("gymflow_cache_probe")
 
     def fresh_import() -> Any:
         monkeypatch.delitem(sys.modules, "gymflow_cache_probe", raising=False)
         return importlib.import_module("gymflow_cache_probe")
 
-    hits = sandbox_runner.ModuleCodeCache.hits
+    hits = sandbox_code.ModuleCodeCache.hits
     assert fresh_import().VALUE == 1
     assert fresh_import().VALUE == 1
-    assert sandbox_runner.ModuleCodeCache.hits - hits == 1
+    assert sandbox_code.ModuleCodeCache.hits - hits == 1
     source.write_text("VALUE = 22\n")  # another size: a new version even within the mtime's resolution
     assert fresh_import().VALUE == 22
 

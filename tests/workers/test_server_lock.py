@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from gymflow.envs.mcp.http import free_port
-from gymflow.workers.sdk.client import connect
+from gymflow.workers.client import connect
 from gymflow.workers.servers import temporal as embedded
 from support import process_alive
 

@@ -13,15 +13,15 @@ from datetime import UTC, datetime, timedelta
 from mcp_support import eventually
 from temporalio.client import Client
 
+from gymflow.activities import names
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import GroupInput, RolloutInput
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.builtin.math.policy import CalculatorPolicy
 from gymflow.workers.cli import inspect, status
 from gymflow.workers.servers.policy import AppServer
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows import names
 from gymflow.workflows.group import GroupRolloutWorkflow
-from gymflow.workflows.schema import GroupInput, RolloutInput
 from support import SlowModel
 
 UI = "http://localhost:9999/namespaces/default"

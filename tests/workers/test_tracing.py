@@ -28,13 +28,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import BatchInput, BatchResult, RolloutInput, RolloutOptions
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.workers import tracing
-from gymflow.workers.sdk.client import connect
+from gymflow.workers.client import connect
 from gymflow.workers.servers.policy import AppServer
 from gymflow.workers.worker import running_worker
 from gymflow.workflows.group import BatchRolloutWorkflow
-from gymflow.workflows.schema import BatchInput, BatchResult, RolloutInput, RolloutOptions
 from support import make_settings
 
 ROLLOUTS = 4

@@ -32,18 +32,19 @@ from leaks import history_text
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.names import BATCH_WORKFLOW
+from gymflow.activities.schema import BatchResult, RolloutInput
 from gymflow.envs.builtin.crm.policy import ReferencePolicy
 from gymflow.envs.builtin.crm.tasks import generate_tasks, make_task
 from gymflow.envs.builtin.math.data import generate_tasks as math_tasks
 from gymflow.envs.contract import Trajectory
 from gymflow.envs.mcp.http import free_port
-from gymflow.workers.sdk.client import connect, data_converter, run_rollout
+from gymflow.workers.client import connect, data_converter
+from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.servers.codec import generate_key
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.servers.temporal import temporal_binary
 from gymflow.workers.worker import RunningWorker, running_worker
-from gymflow.workflows.names import BATCH_WORKFLOW
-from gymflow.workflows.schema import BatchResult, RolloutInput
 from support import make_settings
 
 CHROMIUM = os.environ.get("GYMFLOW_CHROMIUM", "/usr/bin/chromium")

@@ -12,8 +12,8 @@ import os
 import sys
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.training_schema import CheckpointReport
 from gymflow.workers.sdk.trainer import TrainerSession
-from gymflow.workflows.training_schema import CheckpointReport
 
 
 async def main() -> int:

@@ -23,19 +23,20 @@ sys.path.append(str(Path(__file__).parents[1]))
 
 from gymflow.activities.dataset_models import DatasetSource  # noqa: E402
 from gymflow.activities.model import ModelConfig  # noqa: E402
+from gymflow.activities.names import SEARCH_ATTRIBUTES, dataset_queue  # noqa: E402
+from gymflow.activities.schema import BatchInput, DatasetInput, GroupInput, RetrySettings, RolloutInput, RolloutOptions  # noqa: E402
+from gymflow.activities.session_schema import SessionInput  # noqa: E402
 from gymflow.envs.builtin.math.data import generate_tasks  # noqa: E402
 from gymflow.envs.builtin.math.policy import CalculatorPolicy  # noqa: E402
 from gymflow.envs.contract import Message, Task  # noqa: E402
-from gymflow.workers.sdk.client import DATA_CONVERTER, start_rollout  # noqa: E402
+from gymflow.workers.client import DATA_CONVERTER  # noqa: E402
+from gymflow.workers.sdk.client import start_rollout  # noqa: E402
 from gymflow.workers.sdk.sessions import start_session  # noqa: E402
 from gymflow.workers.servers.policy import PolicyServer  # noqa: E402
 from gymflow.workers.servers.temporal import temporal_binary  # noqa: E402
 from gymflow.workers.worker import running_worker  # noqa: E402
 from gymflow.workflows.dataset import DatasetGenerationWorkflow  # noqa: E402
 from gymflow.workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow  # noqa: E402
-from gymflow.workflows.names import SEARCH_ATTRIBUTES, dataset_queue  # noqa: E402
-from gymflow.workflows.schema import BatchInput, DatasetInput, GroupInput, RetrySettings, RolloutInput, RolloutOptions  # noqa: E402
-from gymflow.workflows.session_schema import SessionInput  # noqa: E402
 from support import ScriptedPolicy, call, make_settings  # noqa: E402
 
 OUT = Path(__file__).parent / "histories"

@@ -18,13 +18,13 @@ from mcp_support import eventually
 from temporalio.client import Client, WorkflowExecution
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import BatchInput, RolloutOptions
 from gymflow.activities.storage import read_trajectories
 from gymflow.envs.builtin.math.policy import CalculatorPolicy
-from gymflow.workers.cli.report import write_report
+from gymflow.workers.sdk.report import write_report
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
 from gymflow.workflows.group import BatchRolloutWorkflow
-from gymflow.workflows.schema import BatchInput, RolloutOptions
 
 HISTORY_EVENT_LIMIT = 51_200
 HISTORY_BYTES_LIMIT = 50 * 1024 * 1024

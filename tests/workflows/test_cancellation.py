@@ -18,16 +18,8 @@ from temporalio.common import TypedSearchAttributes
 from temporalio.exceptions import CancelledError
 
 from gymflow.activities.model import ModelConfig
-from gymflow.envs.builtin.math.data import generate_tasks
-from gymflow.envs.builtin.math.policy import CalculatorPolicy
-from gymflow.envs.mcp.env import McpEnv
-from gymflow.workers.sdk.client import start_rollout
-from gymflow.workers.servers.policy import AppServer
-from gymflow.workers.worker import RunningWorker, running_worker
-from gymflow.workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
-from gymflow.workflows.names import SA_ENV, SA_STATUS
-from gymflow.workflows.rollout import RolloutWorkflow
-from gymflow.workflows.schema import (
+from gymflow.activities.names import SA_ENV, SA_STATUS
+from gymflow.activities.schema import (
     BatchInput,
     GroupInput,
     RolloutInput,
@@ -36,6 +28,14 @@ from gymflow.workflows.schema import (
     group_search_attributes,
     initial_search_attributes,
 )
+from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.builtin.math.policy import CalculatorPolicy
+from gymflow.envs.mcp.env import McpEnv
+from gymflow.workers.sdk.client import start_rollout
+from gymflow.workers.servers.policy import AppServer
+from gymflow.workers.worker import RunningWorker, running_worker
+from gymflow.workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
+from gymflow.workflows.rollout import RolloutWorkflow
 from support import SlowModel, make_settings, process_alive, temporal_cli
 
 CLEANUP_S = 10.0

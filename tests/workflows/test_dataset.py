@@ -16,15 +16,15 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from town_corpus import write_corpus
 
+from gymflow.activities import names
 from gymflow.activities.dataset_models import DatasetSource, GenerationOptions
+from gymflow.activities.schema import DatasetInput, DatasetResult
 from gymflow.envs.builtin.search.data import load_split, validate_task
 from gymflow.envs.datagen import format as fmt
 from gymflow.envs.datagen.filters import FilterName
 from gymflow.envs.datagen.plan import assign_splits
 from gymflow.workers.worker import RunningWorker, running_worker
-from gymflow.workflows import names
 from gymflow.workflows.dataset import DatasetGenerationWorkflow
-from gymflow.workflows.schema import DatasetInput, DatasetResult
 from support import make_settings
 
 SAMPLE = Path(__file__).parents[2] / "envs" / "builtin" / "search" / "sample_corpus"

@@ -15,11 +15,11 @@ from temporalio.client import Client
 
 from gymflow.activities.dataset_models import DatasetSource, GenerationOptions
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.names import dataset_queue
+from gymflow.activities.schema import DatasetInput, DatasetResult
 from gymflow.envs.datagen import format as fmt
 from gymflow.workers.worker import RunningWorker
 from gymflow.workflows.dataset import DatasetGenerationWorkflow
-from gymflow.workflows.names import dataset_queue
-from gymflow.workflows.schema import DatasetInput, DatasetResult
 
 SAMPLE = Path(__file__).parents[2] / "envs" / "builtin" / "search" / "sample_corpus"
 

@@ -10,6 +10,8 @@ from typing import Any
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RolloutInput
+from gymflow.activities.session_schema import SessionInput
 from gymflow.envs.contract import BaseEnv, Message, Reward, Task, TerminationReason, ToolResult, ToolSpec
 from gymflow.envs.policy import Policy
 from gymflow.envs.registry import register
@@ -17,8 +19,6 @@ from gymflow.workers.sdk.client import start_rollout
 from gymflow.workers.sdk.sessions import start_session
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.schema import RolloutInput
-from gymflow.workflows.session_schema import SessionInput
 
 
 class HigherLowerEnv(BaseEnv):

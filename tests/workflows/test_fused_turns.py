@@ -19,15 +19,15 @@ from temporalio.worker import Replayer
 from gymflow.activities import errors
 from gymflow.activities.env import state_key
 from gymflow.activities.model import GenerateInput
+from gymflow.activities.schema import RolloutLimits
 from gymflow.activities.turn import PlayTurnInput, PlayTurnResult, TurnActivities
 from gymflow.envs.contract import BaseEnv, Message, Reward, Task, ToolResult, ToolSpec, Wire
-from gymflow.envs.mcp.envfile import EnvFileError, env_class_from_file
+from gymflow.envs.envfile import EnvFileError, env_class_from_file
+from gymflow.workers.client import DATA_CONVERTER, describe_validation_error
 from gymflow.workers.roles import all_workflows
 from gymflow.workers.sandbox_runner import workflow_runner
-from gymflow.workers.sdk.client import DATA_CONVERTER, describe_validation_error
 from gymflow.workers.worker import RunningWorker
 from gymflow.workflows.fused_turns import CALL_LINES_PATCH
-from gymflow.workflows.schema import RolloutLimits
 from support import ScriptedPolicy, call, play
 
 

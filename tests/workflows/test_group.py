@@ -11,15 +11,15 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import BatchInput, GroupInput, RetrySettings, RolloutInput, RolloutOptions
 from gymflow.activities.storage import read_trajectories
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.builtin.math.policy import CalculatorPolicy
 from gymflow.envs.contract import Message, ToolSpec
-from gymflow.workers.sdk.client import iterate_groups
+from gymflow.workers.sdk.groups import iterate_groups
 from gymflow.workers.servers.policy import AppServer, PolicyServer, build_app
 from gymflow.workers.worker import RunningWorker
 from gymflow.workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
-from gymflow.workflows.schema import BatchInput, GroupInput, RetrySettings, RolloutInput, RolloutOptions
 from support import ScriptedPolicy
 
 

@@ -12,16 +12,16 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from temporalio.client import Client
 
+from gymflow.activities.judge import JudgeConfig
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import BatchInput, RolloutOptions
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.builtin.math.policy import CalculatorPolicy
 from gymflow.envs.contract import TerminationReason
-from gymflow.envs.rewards.rubric import Criterion, Rubric
+from gymflow.envs.wire.rubric import Criterion, Rubric
 from gymflow.workers.servers.policy import AppServer, PolicyServer
 from gymflow.workers.worker import RunningWorker
 from gymflow.workflows.group import BatchRolloutWorkflow
-from gymflow.workflows.judging import JudgeConfig
-from gymflow.workflows.schema import BatchInput, RolloutOptions
 from support import play
 
 RUBRIC = Rubric(

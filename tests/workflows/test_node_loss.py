@@ -15,12 +15,13 @@ from temporalio.client import Client
 
 from gymflow.activities.env import state_key
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RetrySettings, RolloutInput
 from gymflow.envs.contract import Message, Task, ToolSpec
+from gymflow.workers.client import connect
 from gymflow.workers.reaper import moved
-from gymflow.workers.sdk.client import connect, start_rollout
+from gymflow.workers.sdk.client import start_rollout
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import running_worker
-from gymflow.workflows.schema import RetrySettings, RolloutInput
 from support import ScriptedPolicy, call, make_settings
 
 

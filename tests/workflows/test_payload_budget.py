@@ -13,6 +13,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import PAYLOAD_LIMIT_BYTES, GroupInput, RolloutInput, RolloutLimits
 from gymflow.envs.contract import Message, Task, TerminationReason, json_bytes
 from gymflow.envs.registry import register
 from gymflow.envs.wire.tokens import TurnTokens
@@ -21,7 +22,6 @@ from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
 from gymflow.workflows.budget import SLACK_BYTES, TrajectoryBudget
 from gymflow.workflows.group import GroupRolloutWorkflow
-from gymflow.workflows.schema import PAYLOAD_LIMIT_BYTES, GroupInput, RolloutInput, RolloutLimits
 from support import InProcessMathEnv, ScriptedPolicy, call
 
 TASK = Task(id="t", prompt="2+3?", ground_truth="5")

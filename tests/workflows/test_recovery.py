@@ -19,6 +19,8 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.names import SA_STATUS
+from gymflow.activities.schema import RolloutInput
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.builtin.math.policy import CalculatorPolicy
 from gymflow.envs.contract import Message, Task, TerminationReason
@@ -27,8 +29,6 @@ from gymflow.envs.registry import register
 from gymflow.workers.sdk.client import start_rollout
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.names import SA_STATUS
-from gymflow.workflows.schema import RolloutInput
 from support import CounterEnv, ScriptedPolicy, call, play
 
 

@@ -15,11 +15,11 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from gymflow.activities.names import MEMO_PLAN
+from gymflow.activities.schema import ROLLOUT_PLAN
+from gymflow.workers.client import DATA_CONVERTER
 from gymflow.workers.roles import all_workflows
 from gymflow.workers.sandbox_runner import RunnerChoice, workflow_runner
-from gymflow.workers.sdk.client import DATA_CONVERTER
-from gymflow.workflows.names import MEMO_PLAN
-from gymflow.workflows.schema import ROLLOUT_PLAN
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 

@@ -12,15 +12,16 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.names import SA_STATUS
+from gymflow.activities.schema import RetrySettings, RolloutInput, RolloutLimits
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.contract import Message, TerminationReason, Trajectory
+from gymflow.workers.client import DATA_CONVERTER
 from gymflow.workers.roles import all_workflows
 from gymflow.workers.sandbox_runner import workflow_runner
-from gymflow.workers.sdk.client import DATA_CONVERTER, run_rollout, start_rollout
+from gymflow.workers.sdk.client import run_rollout, start_rollout
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.names import SA_STATUS
-from gymflow.workflows.schema import RetrySettings, RolloutInput, RolloutLimits
 from support import ScriptedPolicy, call
 
 

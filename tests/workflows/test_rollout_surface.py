@@ -17,14 +17,14 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.names import ROLLOUT_WORKFLOW, SA_ENV, SA_TASK
+from gymflow.activities.schema import RolloutInput, RolloutResult
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.builtin.math.policy import CalculatorPolicy
 from gymflow.workers.sdk.client import run_rollout, start_rollout
 from gymflow.workers.servers.policy import AppServer, build_app
 from gymflow.workers.servers.temporal import temporal_binary
 from gymflow.workers.worker import RunningWorker, running_worker
-from gymflow.workflows.names import ROLLOUT_WORKFLOW, SA_ENV, SA_TASK
-from gymflow.workflows.schema import RolloutInput, RolloutResult
 from support import make_settings
 
 

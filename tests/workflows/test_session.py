@@ -11,15 +11,15 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
+from gymflow.activities.names import SA_ENV, SA_REWARD, SA_STATUS, SA_TASK, SESSION_WORKFLOW
+from gymflow.activities.schema import RetrySettings
+from gymflow.activities.session_schema import SessionInput
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.contract import Message, Task, TerminationReason
 from gymflow.envs.errors import SessionError
 from gymflow.envs.mcp.env import McpEnv
 from gymflow.workers.sdk.sessions import attach_session, start_session
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.names import SA_ENV, SA_REWARD, SA_STATUS, SA_TASK, SESSION_WORKFLOW
-from gymflow.workflows.schema import RetrySettings
-from gymflow.workflows.session_schema import SessionInput
 from support import CounterEnv, call
 
 
@@ -109,7 +109,7 @@ async def test_a_lost_server_is_recovered_between_steps_for_replayable_envs(
 
 
 async def test_step_limits_and_refusals(client: Client, worker: RunningWorker) -> None:
-    from gymflow.workflows.schema import RolloutLimits
+    from gymflow.activities.schema import RolloutLimits
 
     task = Task(id="m", prompt="count", ground_truth="1")
     session = await start_session(

@@ -15,24 +15,25 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError, CancelledError, TimeoutError, TimeoutType
 from temporalio.workflow import ContinueAsNewError
 
+from gymflow.activities import names
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.names import GROUP_WORKFLOW, ROLLOUT_WORKFLOW, SA_BATCH, SA_ENV, SA_MODEL, SA_STATUS
+from gymflow.activities.schema import RolloutInput
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.contract import Task
 from gymflow.workers.sdk.client import start_rollout
 from gymflow.workers.worker import RunningWorker
 from gymflow.workflows import status
-from gymflow.workflows.names import GROUP_WORKFLOW, ROLLOUT_WORKFLOW, SA_BATCH, SA_ENV, SA_MODEL, SA_STATUS
-from gymflow.workflows.schema import RolloutInput
 from support import temporal_cli
 
 
 def test_final_status_of_every_ending() -> None:
-    assert status.final_status(None) is status.Status.COMPLETED
-    assert status.final_status(asyncio.CancelledError()) is status.Status.CANCELLED
-    assert status.final_status(CancelledError("x")) is status.Status.CANCELLED
-    assert status.final_status(ApplicationError("bad", type="InvalidInput")) is status.Status.FAILED
+    assert status.final_status(None) is names.Status.COMPLETED
+    assert status.final_status(asyncio.CancelledError()) is names.Status.CANCELLED
+    assert status.final_status(CancelledError("x")) is names.Status.CANCELLED
+    assert status.final_status(ApplicationError("bad", type="InvalidInput")) is names.Status.FAILED
     assert status.final_status(TimeoutError("t", type=TimeoutType.START_TO_CLOSE, last_heartbeat_details=[])) is (
-        status.Status.FAILED
+        names.Status.FAILED
     )
     # Nothing to write: the next run closes; the task is retried; the run was evicted.
     assert status.final_status(type("ContinueAsNew", (ContinueAsNewError,), {})()) is None
@@ -41,7 +42,7 @@ def test_final_status_of_every_ending() -> None:
 
 
 def test_start_attributes_never_carry_a_status() -> None:
-    pairs = status.start_attributes("math", model="m", batch="b", task=None, run="")
+    pairs = names.start_attributes("math", model="m", batch="b", task=None, run="")
     expected = [("GymflowEnv", "math"), ("GymflowModel", "m"), ("GymflowBatch", "b")]
     assert [(p.key.name, p.value) for p in pairs] == expected
 

@@ -13,6 +13,7 @@ import pytest
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RolloutInput
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.builtin.math.policy import CalculatorPolicy
 from gymflow.envs.contract import Message, TerminationReason
@@ -21,7 +22,6 @@ from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.servers import byte_tokens
 from gymflow.workers.servers.policy import PolicyServer, TokenRecord
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.schema import RolloutInput
 from support import ScriptedPolicy, call
 
 

@@ -25,16 +25,16 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Replayer
 
+from gymflow.activities import names
+from gymflow.activities.trainer_backends import free_port
 from gymflow.activities.trainer_jobs import LaunchInput, TrainerActivities
-from gymflow.deploy.training import free_port
+from gymflow.activities.training_schema import PreparedRun, RunConfig, TrainingRunInput
 from gymflow.workers.cli.train import start_run
+from gymflow.workers.client import DATA_CONVERTER
 from gymflow.workers.roles import all_workflows
 from gymflow.workers.sandbox_runner import workflow_runner
-from gymflow.workers.sdk.client import DATA_CONVERTER
 from gymflow.workers.worker import RunningWorker, running_worker
-from gymflow.workflows import names
 from gymflow.workflows.training import TrainingRunWorkflow
-from gymflow.workflows.training_schema import PreparedRun, RunConfig, TrainingRunInput
 from support import make_settings
 
 CONTRACT_TRAINER = Path(__file__).with_name("contract_trainer.py")

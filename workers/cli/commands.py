@@ -51,7 +51,7 @@ def server(args: argparse.Namespace, settings: Settings) -> int:
 
 async def server_setup(settings: Settings) -> int:
     """`gymflow server setup`: register gymflow's search attributes on the configured cluster (one you operate)."""
-    from gymflow.workers.sdk.client import connect
+    from gymflow.workers.client import connect
 
     connection = settings.temporal_connection()
     client = await connect(connection=connection, check_search_attributes=False)
@@ -67,7 +67,7 @@ async def server_setup(settings: Settings) -> int:
 def codec_server(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
-    from gymflow.workers.sdk.client import encryption_codec
+    from gymflow.workers.client import encryption_codec
     from gymflow.workers.servers.codec import codec_app
 
     codec = encryption_codec(settings)  # a malformed key: CodecKeyError, naming the variable
@@ -108,7 +108,7 @@ def preflight(env: str, *, local_worker: bool = True) -> None:
 
 def check_policies(env: str, *policies: str | None) -> None:
     """Refuse a mistyped baseline policy name (gymflow.envs.errors.UnknownPolicy) before anything starts."""
-    from gymflow.workers.cli.runner import is_url
+    from gymflow.workers.sdk.local import is_url
 
     for policy in policies:
         if policy and not is_url(policy):
@@ -213,7 +213,7 @@ async def look(args: argparse.Namespace, settings: Settings) -> int:
     from temporalio.service import RPCError
 
     from gymflow.workers.cli import inspect, status
-    from gymflow.workers.cli.runner import connect_or_start
+    from gymflow.workers.sdk.local import connect_or_start
 
     client = await connect_or_start(settings, start_server=False, out=sys.stderr)
     if args.command == "status":

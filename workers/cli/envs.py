@@ -10,7 +10,7 @@
 * `gymflow envs install SPEC` / `remove NAME [VERSION]`: env packages in venvs of their own
   (gymflow.envs.packages.install); `--root DIR` (or GYMFLOW_ENV_PACKAGES_DIR) says where they live.
 * `gymflow envs serve NAME`: the env over OpenEnv's protocol, each OpenEnv session a durable gymflow
-  session (gymflow.workers.servers.openenv).
+  session (gymflow.workers.sdk.openenv).
 * `--json` on list and show prints the catalog's `EnvInfo` records instead.
 """
 
@@ -115,7 +115,7 @@ def run_envs(args: argparse.Namespace, *, out: TextIO = sys.stdout) -> int:
             out.write(f"removed {record.name} {record.version} ({record.directory})\n")
         return 0
     if args.envs_command == "serve":
-        from gymflow.workers.servers.openenv import serve_from_cli
+        from gymflow.workers.sdk.openenv import serve_from_cli
 
         return serve_from_cli(args)
     if args.envs_command == "show":

@@ -48,7 +48,7 @@ def run(command: Callable[[], int], *, err: Any = None) -> int:
         print(f"gymflow: {exc}", file=err)
         return USER_ERROR
     except KeyboardInterrupt:
-        for note in _interrupt_notes:
+        for note in scripts.interrupt_notes():
             print(f"gymflow: interrupted: {note}", file=err)
         return INTERRUPTED
     except BrokenPipeError:  # the reader went away (`gymflow inspect ID | head`): nothing left to say
@@ -66,22 +66,6 @@ def run(command: Callable[[], int], *, err: Any = None) -> int:
         code, message = failed
         print(f"gymflow: {message}", file=err)
         return code
-
-
-_interrupt_notes: list[str] = []
-
-
-def note_on_interrupt(text: str) -> None:
-    """Say `text` if the command is interrupted (Ctrl-C): what it leaves behind and how to go on."""
-    _interrupt_notes.append(text)
-
-
-def note_queue_on_interrupt(task_queue: str) -> None:
-    """A command whose in-process worker polls `task_queue` alone: its workflows wait there if it stops."""
-    note_on_interrupt(
-        f"the workflows it started wait on task queue {task_queue}: finish them with "
-        f"`gymflow worker --task-queue {task_queue}`, or cancel them in the Web UI"
-    )
 
 
 def workflow_failure(exc: BaseException) -> tuple[int, str] | None:

@@ -23,7 +23,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError, WorkflowQueryRejectedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from gymflow.workflows import names
+from gymflow.activities import names
 
 PROGRESS_QUERY = "progress"
 """The query the gymflow workflows that run for a while answer (DESIGN: a `progress` query on every parent)."""

@@ -12,25 +12,20 @@ import re
 import statistics
 import sys
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from temporalio.client import Client
-
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RolloutInput, RolloutLimits, RolloutResult
 from gymflow.envs.contract import Task
-from gymflow.envs.errors import ServerError, ServerRunning, TokenDataError
+from gymflow.envs.errors import TokenDataError
 from gymflow.envs.registry import env_class
-from gymflow.workers.cli import exits
 from gymflow.workers.config import Settings
 from gymflow.workers.roles import COMMAND_ROLES
 from gymflow.workers.sdk import client as sdk
-from gymflow.workers.servers import temporal as embedded
-from gymflow.workers.servers.policy import PolicyServer
-from gymflow.workers.tracing import client_interceptors
+from gymflow.workers.sdk import scripts
+from gymflow.workers.sdk.local import connect_or_start, endpoint
 from gymflow.workers.worker import running_worker
-from gymflow.workflows.schema import RolloutInput, RolloutLimits, RolloutResult
 
 
 @dataclass
@@ -112,61 +107,6 @@ def load_tasks(options: BatchOptions) -> list[Task]:
     return tasks[: options.n]
 
 
-def is_url(policy: str) -> bool:
-    """Whether a policy value is an endpoint (…/v1) rather than the name of a baseline policy."""
-    return policy.startswith(("http://", "https://"))
-
-
-@contextlib.asynccontextmanager
-async def endpoint(env: str, policy: str) -> AsyncIterator[str]:
-    """The chat endpoint of `policy`: itself if it is a URL, else the env's named baseline served locally."""
-    if is_url(policy):
-        yield policy
-        return
-    async with PolicyServer(env_class(env).baseline_policy(policy), host="127.0.0.1", port=0) as server:
-        yield server.url
-
-
-async def connect_or_start(settings: Settings, *, start_server: bool, out: TextIO) -> Client:
-    """A client of the configured cluster (gymflow.workers.connection: flags, GYMFLOW_*, TEMPORAL_* and
-    profiles); with `start_server`, start the embedded server if none answers at a local dev address.
-
-    A local dev server gets gymflow's search attributes registered; any other cluster only has them
-    checked (and the command refused, saying how to add them, when one is missing).
-    """
-    connection = settings.temporal_connection()
-    converter = sdk.data_converter(settings)  # encryption / external storage, as configured
-    interceptors = client_interceptors(settings)  # tracing, when configured
-
-    async def connect() -> Client:
-        return await sdk.connect(
-            connection=connection, data_converter=converter, interceptors=interceptors, check_search_attributes=False
-        )
-
-    if not connection.local_dev:  # a cluster: one dial, and its own error (TLS, credentials) at once
-        client = await connect()
-        await embedded.check_search_attributes(client, connection)
-        return client
-    try:
-        client = await embedded.wait_until_reachable(connect, timeout_s=1.0)
-    except ServerError as exc:
-        if not start_server:
-            raise ServerError(str(exc.__cause__ or exc)) from None
-        try:
-            pid = embedded.start_background(
-                data_dir=settings.data_dir, port=connection.port, ui_port=settings.web_ui_port
-            )
-            print(f"started the embedded Temporal server (pid {pid}, data in {settings.data_dir})", file=out)
-        except ServerRunning as running:
-            # The data dir's server serves another port (say so), or this one and is still starting
-            # (another command started it a moment ago): then wait for it.
-            if running.running is None or running.running.port != connection.port:
-                raise
-        client = await embedded.wait_until_reachable(connect, timeout_s=60.0)
-    await embedded.register_search_attributes(client)
-    return client
-
-
 async def run_batch(options: BatchOptions, settings: Settings, *, out: TextIO = sys.stderr) -> BatchReport:
     """Run the batch end to end and return its report; progress lines go to `out`."""
     tasks = load_tasks(options)
@@ -174,7 +114,7 @@ async def run_batch(options: BatchOptions, settings: Settings, *, out: TextIO = 
     command = "demo" if options.start_server else "rollout"
     if options.local_worker:  # its own queue: no other command's rollouts, none of its own elsewhere
         settings = settings.command_queue(command)
-        exits.note_queue_on_interrupt(settings.task_queue)
+        scripts.note_queue_on_interrupt(settings.task_queue)
     async with contextlib.AsyncExitStack() as stack:
         url = await stack.enter_async_context(endpoint(options.env, options.model_url or options.policy))
         if options.local_worker:

@@ -1,6 +1,6 @@
 """`gymflow status`: what is running — batches, groups, dataset and training runs, with progress.
 
-Parents are found through visibility by workflow type (gymflow.workflows.names: the batch, group, dataset
+Parents are found through visibility by workflow type (gymflow.activities.names: the batch, group, dataset
 generation, training and session workflow types). Each type is asked only what it answers: the
 types with a `progress` query (gymflow.workers.cli.inspect.PROGRESS_TYPES) that query, all at once with a short
 timeout each; a group, which has none, the count of its running rollouts from visibility. A type
@@ -25,8 +25,8 @@ from urllib.parse import quote
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from gymflow.activities import names
 from gymflow.workers.cli.inspect import PROGRESS_TYPES, query_progress
-from gymflow.workflows import names
 
 PARENT_TYPES = (
     names.BATCH_WORKFLOW,

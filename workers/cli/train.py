@@ -1,6 +1,6 @@
 """`gymflow train launch|list|status|logs|cancel`: training runs from the command line.
 
-`launch` reads a run config (YAML, gymflow.workflows.training_schema.RunConfig), refuses a bad one before
+`launch` reads a run config (YAML, gymflow.activities.training_schema.RunConfig), refuses a bad one before
 anything starts, naming every field at fault at once (gymflow.workers.sdk.training: the config's shape
 and the static checks the workflow's validate activity makes), and starts a
 TrainingRunWorkflow whose id is the run id: launching the same run id again attaches to the
@@ -26,10 +26,10 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from gymflow.activities import names
+from gymflow.activities.training_schema import RunConfig, TrainingRunInput, TrainingRunResult
 from gymflow.workers.config import Settings
 from gymflow.workers.sdk.training import check_run_config, read_config_data
-from gymflow.workflows import names, status
-from gymflow.workflows.training_schema import RunConfig, TrainingRunInput, TrainingRunResult
 
 
 def add_train_args(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -82,8 +82,8 @@ def _config(args: argparse.Namespace) -> RunConfig:
 
 def dryrun_text(config: RunConfig, settings: Settings) -> str:
     """What `--dryrun` prints: the trainer's SkyPilot task, or the local command, and the config."""
+    from gymflow.activities import trainer_backends as backends
     from gymflow.deploy import launcher
-    from gymflow.deploy import training as backends
 
     run_id = config.run_id or ""
     connection = settings.temporal_connection()
@@ -109,8 +109,9 @@ async def _launch(args: argparse.Namespace, settings: Settings, *, out: TextIO =
         return 0
     from gymflow.activities.errors import TRAINING_CONFIG
     from gymflow.workers.cli import exits
-    from gymflow.workers.cli.runner import connect_or_start
     from gymflow.workers.roles import COMMAND_ROLES
+    from gymflow.workers.sdk import scripts
+    from gymflow.workers.sdk.local import connect_or_start
     from gymflow.workers.worker import running_worker
 
     client = await connect_or_start(settings, start_server=False, out=out)
@@ -118,7 +119,9 @@ async def _launch(args: argparse.Namespace, settings: Settings, *, out: TextIO =
         # The in-process worker polls a queue of this run's own, keyed by the run id: launching
         # the same run with --wait again (after Ctrl-C, a crash) polls that queue again.
         settings = settings.command_queue("train", config.run_id)
-        exits.note_on_interrupt(f"run {config.run_id} goes on when `gymflow train launch` of it runs with --wait again")
+        scripts.note_on_interrupt(
+            f"run {config.run_id} goes on when `gymflow train launch` of it runs with --wait again"
+        )
     handle = await start_run(client, config, task_queue=settings.task_queue, out=out)
     if not args.wait:
         print(f"run {handle.id} started; follow it with `gymflow train status {handle.id}`", file=out)
@@ -153,7 +156,7 @@ async def start_run(client: Client, config: RunConfig, *, task_queue: str, out: 
             id=run_id,
             task_queue=names.training_queue(task_queue),
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            search_attributes=TypedSearchAttributes(status.start_attributes(config.env, run=run_id)),
+            search_attributes=TypedSearchAttributes(names.start_attributes(config.env, run=run_id)),
             memo={"run_id": run_id},
             static_summary=f"training run {run_id} ({config.env}, {config.trainer.backend})",
         )
@@ -200,7 +203,7 @@ def format_eval(ev: dict[str, Any]) -> str:
 
 
 async def _inspect(args: argparse.Namespace, settings: Settings) -> int:
-    from gymflow.workers.cli.runner import connect_or_start
+    from gymflow.workers.sdk.local import connect_or_start
 
     client = await connect_or_start(settings, start_server=False, out=sys.stderr)
     if args.train_command == "list":
@@ -256,7 +259,7 @@ async def _progress(handle: WorkflowHandle[Any, Any], status: WorkflowExecutionS
 
 def trainer_logs(progress: dict[str, Any] | None, lines: int) -> str:
     """The trainer's last log lines (local: its log file; SkyPilot: the job's logs)."""
-    from gymflow.deploy import training as backends
+    from gymflow.activities import trainer_backends as backends
 
     launch = (progress or {}).get("launch")
     if not launch:

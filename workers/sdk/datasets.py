@@ -23,16 +23,16 @@ from temporalio.client import WorkflowHandle
 
 from gymflow.activities.dataset_models import DatasetSource, GenerationOptions
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.names import dataset_queue
+from gymflow.activities.schema import DatasetInput, DatasetResult
 from gymflow.envs.datagen import format as fmt
-from gymflow.workers.cli import exits
-from gymflow.workers.cli.progress import Progress, Reading, follow
-from gymflow.workers.cli.runner import connect_or_start
 from gymflow.workers.config import Settings
 from gymflow.workers.roles import COMMAND_ROLES
+from gymflow.workers.sdk import scripts
+from gymflow.workers.sdk.local import connect_or_start
+from gymflow.workers.sdk.progress import Progress, Reading, follow
 from gymflow.workers.worker import running_worker
 from gymflow.workflows.dataset import DatasetGenerationWorkflow
-from gymflow.workflows.names import dataset_queue
-from gymflow.workflows.schema import DatasetInput, DatasetResult
 
 
 @dataclass
@@ -88,7 +88,7 @@ async def run_generate(options: GenerateOptions, settings: Settings, *, out: Tex
     client = await connect_or_start(settings, start_server=False, out=out)
     if options.local_worker:  # its own queue: no other command's workflows, none of its own elsewhere
         settings = settings.command_queue("dataset")
-        exits.note_queue_on_interrupt(settings.task_queue)
+        scripts.note_queue_on_interrupt(settings.task_queue)
     async with contextlib.AsyncExitStack() as stack:
         if options.local_worker:
             await stack.enter_async_context(running_worker(client, settings, roles=COMMAND_ROLES["dataset"]))

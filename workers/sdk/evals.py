@@ -3,7 +3,7 @@
 Each policy runs as one BatchRolloutWorkflow (durable, windowed, results in storage). A policy
 is an OpenAI-compatible URL or the name of one of the env's built-in baseline policies, which is
 then served locally over real HTTP. While batches run, a progress bar reads the batches' progress
-query; at the end the trajectories are read back from storage and `gymflow.workers.cli.report` writes
+query; at the end the trajectories are read back from storage and `gymflow.workers.sdk.report` writes
 report.json, report.md and plots with bootstrap confidence intervals.
 """
 
@@ -22,19 +22,19 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import TypedSearchAttributes
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import BatchInput, BatchResult, RolloutLimits, RolloutOptions, batch_search_attributes
 from gymflow.activities.storage import read_trajectories
 from gymflow.envs.eval.report import BatchRef
 from gymflow.envs.registry import env_class
-from gymflow.workers.admission import Capacity
-from gymflow.workers.cli import exits
-from gymflow.workers.cli.progress import Progress, Reading, follow
-from gymflow.workers.cli.report import write_report
-from gymflow.workers.cli.runner import connect_or_start, endpoint, is_url
+from gymflow.envs.runtime.admission import Capacity
 from gymflow.workers.config import Settings
 from gymflow.workers.roles import COMMAND_ROLES
+from gymflow.workers.sdk import scripts
+from gymflow.workers.sdk.local import connect_or_start, endpoint, is_url
+from gymflow.workers.sdk.progress import Progress, Reading, follow
+from gymflow.workers.sdk.report import write_report
 from gymflow.workers.worker import running_worker
 from gymflow.workflows.group import BatchRolloutWorkflow
-from gymflow.workflows.schema import BatchInput, BatchResult, RolloutLimits, RolloutOptions, batch_search_attributes
 
 
 @dataclass
@@ -115,7 +115,7 @@ async def run_eval(options: EvalOptions, settings: Settings, *, out: TextIO = sy
     client = await connect_or_start(settings, start_server=False, out=out)
     if options.local_worker:  # its own queue: no other command's workflows, none of its own elsewhere
         settings = settings.command_queue("eval")
-        exits.note_queue_on_interrupt(settings.task_queue)
+        scripts.note_queue_on_interrupt(settings.task_queue)
     policies = {"policy": options.policy} | ({"baseline": options.baseline} if options.baseline else {})
     async with contextlib.AsyncExitStack() as stack:
         if options.local_worker:

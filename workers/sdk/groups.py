@@ -38,12 +38,13 @@ from temporalio.common import (
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from gymflow.activities import names
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import GroupInput, GroupResult, RolloutOptions, group_search_attributes
 from gymflow.envs.contract import Task
-from gymflow.workers.sdk.client import connect, with_messages
-from gymflow.workflows import names
+from gymflow.workers.client import connect
+from gymflow.workers.sdk.client import with_messages
 from gymflow.workflows.group import GroupRolloutWorkflow
-from gymflow.workflows.schema import GroupInput, GroupResult, RolloutOptions, group_search_attributes
 
 
 def group_id(batch_id: str, index: int, task: Task) -> str:
@@ -146,7 +147,7 @@ class GymflowClient:
     """The trainer's handle on gymflow: a Temporal client plus defaults (env, queue).
 
     Args:
-        client: A Temporal client with gymflow's data converter (`gymflow.workers.sdk.client.connect`).
+        client: A Temporal client with gymflow's data converter (`gymflow.workers.client.connect`).
         env: The default env of `rollout_groups`.
         task_queue: The workers' shared queue.
     """
@@ -173,3 +174,35 @@ class GymflowClient:
         if not name:
             raise ValueError("name the env: GymflowClient(env=...) or rollout_groups(env=...)")
         return rollout_groups(self.client, tasks, env=name, n=n, task_queue=self.task_queue, **options)
+
+
+async def iterate_groups(
+    client: Client,
+    env: str,
+    tasks: Iterable[Task],
+    *,
+    n: int,
+    options: RolloutOptions | None = None,
+    task_queue: str = names.TASK_QUEUE,
+    concurrency: int = 8,
+    scale_by_std: bool = True,
+) -> AsyncIterator[GroupResult]:
+    """`n` samples of every task as GRPO groups, yielded as each group finishes (a fresh batch).
+
+    The trainer entry with resumable batches and back-pressure is `rollout_groups`, which this calls.
+
+        async for group in iterate_groups(client, "math", tasks, n=8, options=opts):
+            for trajectory, advantage in zip(group.trajectories, group.advantages):
+                ...
+    """
+    async for group in rollout_groups(
+        client,
+        tasks,
+        env=env,
+        n=n,
+        options=options,
+        task_queue=task_queue,
+        max_in_flight=concurrency,
+        scale_by_std=scale_by_std,
+    ):
+        yield group

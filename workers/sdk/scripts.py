@@ -39,6 +39,8 @@ def run(main: Coroutine[Any, Any, object]) -> NoReturn:
     try:
         asyncio.run(main)
     except KeyboardInterrupt:
+        for note in interrupt_notes():
+            print(f"gymflow: interrupted: {note}", file=sys.stderr)
         code = INTERRUPTED
     except SystemExit as exc:
         if exc.code is None or isinstance(exc.code, int):
@@ -50,6 +52,28 @@ def run(main: Coroutine[Any, Any, object]) -> NoReturn:
         traceback.print_exc()
         code = 1
     leave(code)
+
+
+_interrupt_notes: list[str] = []
+
+
+def note_on_interrupt(text: str) -> None:
+    """Say `text` if the command or script is interrupted (Ctrl-C): what it leaves behind and how to go on
+    (printed by `run` and by the `gymflow` commands' ending, gymflow.workers.cli.exits)."""
+    _interrupt_notes.append(text)
+
+
+def note_queue_on_interrupt(task_queue: str) -> None:
+    """A command whose in-process worker polls `task_queue` alone: its workflows wait there if it stops."""
+    note_on_interrupt(
+        f"the workflows it started wait on task queue {task_queue}: finish them with "
+        f"`gymflow worker --task-queue {task_queue}`, or cancel them in the Web UI"
+    )
+
+
+def interrupt_notes() -> list[str]:
+    """What `note_on_interrupt` was told, in order."""
+    return list(_interrupt_notes)
 
 
 def leave(code: int, *, exit_handlers: bool = True) -> NoReturn:

@@ -24,12 +24,9 @@ from temporalio.common import TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from gymflow.activities import names
 from gymflow.activities.errors import SESSION_ENDED
-from gymflow.envs.contract import Message
-from gymflow.envs.errors import SessionError
-from gymflow.workflows import names
-from gymflow.workflows.session import RolloutSessionWorkflow
-from gymflow.workflows.session_schema import (
+from gymflow.activities.session_schema import (
     ResetResult,
     SessionInput,
     SessionResult,
@@ -37,6 +34,9 @@ from gymflow.workflows.session_schema import (
     StepResult,
     session_search_attributes,
 )
+from gymflow.envs.contract import Message
+from gymflow.envs.errors import SessionError
+from gymflow.workflows.session import RolloutSessionWorkflow
 
 T = TypeVar("T")
 
@@ -122,7 +122,7 @@ class SyncSessions:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="gymflow-sessions", daemon=True)
         self._thread.start()
-        from gymflow.workers.sdk.client import connect
+        from gymflow.workers.client import connect
 
         self.client: Client = self.run(connect(address, namespace=namespace))
 

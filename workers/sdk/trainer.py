@@ -34,17 +34,17 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair
 from temporalio.service import RPCError, RPCStatusCode
 
+from gymflow.activities import names
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import GroupResult
 from gymflow.activities.storage import base_of, open_store
+from gymflow.activities.training_schema import CheckpointReport, EvalSummary, FinishReport, StepReport, TrainerSpec
 from gymflow.envs.contract import Task
 from gymflow.envs.datagen.format import tasks_from_jsonl
+from gymflow.workers.client import connect, data_converter
 from gymflow.workers.config import Settings
-from gymflow.workers.sdk.client import connect, data_converter
 from gymflow.workers.sdk.groups import rollout_groups
-from gymflow.workflows import names
-from gymflow.workflows.schema import GroupResult
 from gymflow.workflows.training import TrainingRunWorkflow
-from gymflow.workflows.training_schema import CheckpointReport, EvalSummary, FinishReport, StepReport, TrainerSpec
 
 UPDATE_ATTEMPTS = 30
 """Tries of a report before the trainer gives up (about 12 minutes with the backoff's 30 s cap)."""

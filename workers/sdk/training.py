@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from gymflow.activities.training_schema import RunConfig
 from gymflow.envs.errors import ConfigError
-from gymflow.workflows.training_schema import RunConfig
 
 
 def read_config_data(path: Path) -> dict[str, Any]:

@@ -40,10 +40,10 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
+from gymflow.activities.names import SEARCH_ATTRIBUTES
 from gymflow.envs.errors import MissingSearchAttributes, ServerError, ServerRunning
 from gymflow.workers.config import SERVER_RECORD
 from gymflow.workers.connection import Connection
-from gymflow.workflows.names import SEARCH_ATTRIBUTES
 
 _DEV_SERVER_TYPES = {
     SearchAttributeIndexedValueType.KEYWORD: "Keyword",
@@ -179,7 +179,7 @@ def running(data_dir: Path) -> ServerRecord | None:
     try:
         os.close(claim(data_dir))
     except ServerRunning as exc:
-        return exc.running or ServerRecord(port=0, ui_port=0)
+        return exc.running if isinstance(exc.running, ServerRecord) else ServerRecord(port=0, ui_port=0)
     return None
 
 

@@ -37,11 +37,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.training_schema import CheckpointReport
 from gymflow.envs.builtin.math.learned import TOOLS, Decision, SoftmaxParams, SoftmaxPolicy, decisions
 from gymflow.envs.wire import chat
 from gymflow.workers.sdk.trainer import TrainerSession
 from gymflow.workers.servers.policy import AppServer, estimate_tokens
-from gymflow.workflows.training_schema import CheckpointReport
 
 Resolve = Callable[[str], Awaitable[SoftmaxParams | None]]
 

@@ -28,7 +28,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gymflow.workflows.training_schema import CheckpointReport, RunConfig
+from gymflow.activities.training_schema import CheckpointReport, RunConfig
 
 DATA_DIR = Path(os.environ.get("GYMFLOW_SKYRL_DATA", str(Path.home() / "gymflow-data")))
 CKPT_DIR = Path(os.environ.get("GYMFLOW_SKYRL_CKPT", str(Path.home() / "gymflow-ckpt")))

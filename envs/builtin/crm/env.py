@@ -32,8 +32,8 @@ from gymflow.envs.builtin.crm.servers.crm import DB_NAME
 from gymflow.envs.builtin.crm.spec import REFUSAL
 from gymflow.envs.builtin.crm.tasks import generate_tasks
 from gymflow.envs.contract import Message, Reward, Task
-from gymflow.envs.mcp import workspace as ws
 from gymflow.envs.mcp.env import McpEnv
+from gymflow.envs.runtime import workspace as ws
 
 SYSTEM_PROMPT = f"""You are a CRM analyst assistant with read-only access to the company's CRM database \
 (accounts, contacts, support agents, products, orders, support cases, knowledge articles and chat \

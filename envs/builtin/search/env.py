@@ -20,7 +20,7 @@ from gymflow.envs.builtin.search.rewards import correctness_rubric, search_rewar
 from gymflow.envs.builtin.search.servers.search import CORPUS_POINTER
 from gymflow.envs.contract import Message, Reward, Task
 from gymflow.envs.mcp.env import McpEnv
-from gymflow.envs.rewards.rubric import Rubric
+from gymflow.envs.wire.rubric import Rubric
 
 SYSTEM_PROMPT = (
     "You answer questions about a document collection. Use the search tool to find passages and the read "

@@ -14,8 +14,8 @@ from typing import Any
 
 from gymflow.envs.contract import Message, Reward
 from gymflow.envs.rewards.extract import extract_answer, extract_tags
-from gymflow.envs.rewards.rubric import Criterion, Rubric
 from gymflow.envs.rewards.text import normalized_match, token_f1
+from gymflow.envs.wire.rubric import Criterion, Rubric
 
 ANSWER_WEIGHT = 0.8
 CITATION_WEIGHT = 0.2

@@ -36,7 +36,7 @@ from gymflow.envs.builtin.sheets.rewards import expected_from, extract_output, s
 from gymflow.envs.builtin.sheets.sandbox import Guarantee, Level, Limits, SandboxUnavailable, guarantees
 from gymflow.envs.contract import Message, Reward, Task, Unavailable
 from gymflow.envs.mcp.env import McpEnv
-from gymflow.envs.mcp.workspace import DEFAULT_QUOTA_MB
+from gymflow.envs.runtime.workspace import DEFAULT_QUOTA_MB
 
 SYSTEM_PROMPT = f"""You are a spreadsheet expert. Each task gives an instruction about the Excel workbook \
 {INPUT_NAME} in your working directory, the cells that must hold the answer (the answer position) and a \

@@ -38,8 +38,8 @@ import os
 from dataclasses import dataclass
 
 from gymflow.envs.builtin.sheets import cgroup
-from gymflow.envs.builtin.sheets.confine import BWRAP_FIX
 from gymflow.envs.builtin.sheets.sandbox import Guarantee, Level, SandboxUnavailable, detect, guarantees
+from gymflow.envs.runtime.confine import BWRAP_FIX
 
 SANDBOX_ENV = "GYMFLOW_SANDBOX"
 """``auto`` (default), ``bwrap``, ``unsafe-unshare`` or ``unsafe-rlimits``."""

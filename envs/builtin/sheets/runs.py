@@ -11,7 +11,7 @@ import enum
 import signal
 from dataclasses import dataclass
 
-from gymflow.envs.builtin.sheets.confine import Limits
+from gymflow.envs.runtime.confine import Limits
 
 
 class Level(enum.StrEnum):

@@ -67,10 +67,11 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from gymflow.envs.builtin.sheets import cgroup, confine
-from gymflow.envs.builtin.sheets.confine import SANDBOX_DIR, Limits, SandboxUnavailable
+from gymflow.envs.builtin.sheets import cgroup
 from gymflow.envs.builtin.sheets.runs import WRAPPER_TASKS, Guarantee, Level, RunResult
-from gymflow.envs.mcp.workspace import usage
+from gymflow.envs.runtime import confine
+from gymflow.envs.runtime.confine import SANDBOX_DIR, Limits, SandboxUnavailable
+from gymflow.envs.runtime.workspace import usage
 
 __all__ = ["SANDBOX_DIR", "Guarantee", "Level", "Limits", "RunResult", "Sandbox", "SandboxUnavailable", "detect"]
 

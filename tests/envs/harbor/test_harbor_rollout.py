@@ -21,6 +21,7 @@ from container_support import leftovers
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RolloutInput
 from gymflow.envs.builtin.harbor.env import HarborEnv
 from gymflow.envs.contract import Message, TerminationReason
 from gymflow.envs.errors import EnvUnavailableError
@@ -30,7 +31,6 @@ from gymflow.workers.reaper import reap_closed
 from gymflow.workers.sdk.client import start_rollout
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.schema import RolloutInput
 from support import ScriptedPolicy, call, play
 
 TASKS = Path(__file__).parent / "tasks"

@@ -25,11 +25,12 @@ from harness_support import (
 from temporalio.client import Client, WorkflowFailureError
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RetrySettings, RolloutInput, RolloutLimits
 from gymflow.envs.contract import TerminationReason
-from gymflow.workers.sdk.client import DATA_CONVERTER, run_rollout, start_rollout
+from gymflow.workers.client import DATA_CONVERTER
+from gymflow.workers.sdk.client import run_rollout, start_rollout
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker, running_worker
-from gymflow.workflows.schema import RetrySettings, RolloutInput, RolloutLimits
 from support import make_settings
 
 SLEEPER = [sys.executable, "-c", "import sys, time; time.sleep(600)"]

@@ -12,13 +12,13 @@ from harness_support import AGENTS, FileTaskPolicy, agent_python, file_task, har
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RolloutInput
 from gymflow.envs.contract import TerminationReason
 from gymflow.envs.wire.tokens import TokenMismatch
 from gymflow.workers.cli.inspect import inspect_workflow, render
 from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.schema import RolloutInput
 
 PROGRAMS = {
     "chat": ["openai_agent.py", "--api", "chat"],

@@ -14,16 +14,16 @@ from harness_support import BashFilePolicy, file_task
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RolloutInput
+from gymflow.envs.builtin.harbor.harness import SolutionPolicy
 from gymflow.envs.builtin.harbor.task import load_dataset
 from gymflow.envs.contract import Task, TerminationReason, Trajectory
-from gymflow.envs.harness.harbor import SolutionPolicy
 from gymflow.envs.registry import env_class
 from gymflow.envs.runtime.engine import Engine
 from gymflow.workers.cli.inspect import inspect_workflow, render
 from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.schema import RolloutInput
 
 LOCAL = Path(__file__).parent / "mini_swe_agent_local.yaml"
 __all__ = ["base_image"]  # the fixture (tests/container_support.py): a real podman and the base image

@@ -8,9 +8,9 @@ import os
 import subprocess
 from pathlib import Path
 
+from gymflow.envs.builtin.harbor.harness import SolutionPolicy, solution_command
 from gymflow.envs.builtin.harbor.task import load_task
 from gymflow.envs.contract import Message
-from gymflow.envs.harness.harbor import SolutionPolicy, solution_command
 
 TASK = Path(__file__).parent / "harbor_tasks" / "ship-tool"
 

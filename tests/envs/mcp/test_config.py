@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from gymflow.envs.envfile import env_class_from_file, load_env_file
 from gymflow.envs.errors import EnvFileError
 from gymflow.envs.mcp.config import parse_servers
-from gymflow.envs.mcp.envfile import env_class_from_file, load_env_file
 from gymflow.envs.registry import env_class, storage_name
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from temporalio.client import Client
 
 from gymflow.envs.contract import Message, Task
-from gymflow.envs.mcp.env import McpEnv
+from gymflow.envs.envfile import env_from_file
 from gymflow.workers.worker import RunningWorker
 from support import COUNTER_SERVER, ScriptedPolicy, call, play
 
@@ -51,7 +51,7 @@ async def test_env_file_rollout_with_a_reward_that_calls_tools(
     client: Client, worker: RunningWorker, tmp_path: Path
 ) -> None:
     path = write_env(tmp_path)
-    env_cls = type(McpEnv.from_file(path, workspace_root=tmp_path / "probe", pool_size=0))
+    env_cls = type(env_from_file(path, workspace_root=tmp_path / "probe", pool_size=0))
     (task,) = env_cls.load_dataset("default")
     assert task == Task(id="to-5", prompt="count to 5", ground_truth="5")
     script = ScriptedPolicy(
@@ -87,8 +87,8 @@ async def test_missing_env_file_fails_the_rollout_at_once(
 def test_an_env_file_sets_its_workspace_quota_over_the_workers_default(tmp_path: Path) -> None:
     path = write_env(tmp_path)
     path.write_text(path.read_text() + "workspace_quota_mb: 7\n")
-    env = McpEnv.from_file(path, workspace_root=tmp_path / "ws", default_workspace_quota_mb=1024)
+    env = env_from_file(path, workspace_root=tmp_path / "ws", default_workspace_quota_mb=1024)
     assert env.quota_mb == 7
     (tmp_path / "plain").mkdir()
     plain = write_env(tmp_path / "plain")
-    assert McpEnv.from_file(plain, workspace_root=tmp_path / "ws2", default_workspace_quota_mb=33).quota_mb == 33
+    assert env_from_file(plain, workspace_root=tmp_path / "ws2", default_workspace_quota_mb=33).quota_mb == 33

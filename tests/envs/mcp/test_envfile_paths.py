@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from gymflow.envs.envfile import env_from_file
 from gymflow.envs.errors import EnvFileError
-from gymflow.envs.mcp.env import McpEnv
 from gymflow.envs.registry import env_class
 
 SERVER = '''
@@ -62,7 +62,7 @@ async def test_a_server_file_next_to_the_env_file_runs_from_anywhere(toy: Path, 
             command: python
             args: [letters_server.py, --words=data/words.txt, shop.db, ., "{workspace}/x.db"]
         """)  # fmt: skip
-    env = McpEnv.from_file(os.path.relpath(path), workspace_root=tmp_path / "ws", pool_size=0)
+    env = env_from_file(os.path.relpath(path), workspace_root=tmp_path / "ws", pool_size=0)
     try:
         await env.init_rollout("r")
         seen = json.loads((await env.run_tool("r", "where")).text)

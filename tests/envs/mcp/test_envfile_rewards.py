@@ -12,6 +12,7 @@ import pytest
 from temporalio.client import Client
 
 from gymflow.envs.contract import Message, Task
+from gymflow.envs.envfile import env_from_file
 from gymflow.envs.errors import EnvFileError, InfraError
 from gymflow.envs.mcp.env import McpEnv
 from gymflow.envs.mcp.library_reward import LibraryReward, LibraryRewardSpec, extracted
@@ -33,7 +34,7 @@ def env_file(tmp_path: Path, body: str, name: str = "env.yaml") -> Path:
 
 
 def load(path: Path, tmp_path: Path) -> McpEnv:
-    return McpEnv.from_file(path, workspace_root=tmp_path / "ws", pool_size=0)
+    return env_from_file(path, workspace_root=tmp_path / "ws", pool_size=0)
 
 
 def said(text: str) -> list[Message]:

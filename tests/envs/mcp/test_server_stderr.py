@@ -18,7 +18,7 @@ import pytest
 from mcp_support import MakeEnv
 
 from gymflow.envs.errors import InfraError
-from gymflow.envs.mcp.transport import STDERR_TAIL_BYTES, log_tail
+from gymflow.envs.runtime.transport import STDERR_TAIL_BYTES, log_tail
 
 ROOT = Path(__file__).parents[3]
 

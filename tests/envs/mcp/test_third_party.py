@@ -15,7 +15,7 @@ from pathlib import Path
 from mcp_support import ROOT, third_party
 
 from gymflow.envs.contract import Message, ToolSpec
-from gymflow.envs.mcp.env import McpEnv
+from gymflow.envs.envfile import env_from_file
 from gymflow.envs.policy import Policy
 from gymflow.workers.servers.policy import PolicyServer
 from support import call
@@ -68,7 +68,7 @@ def write_env(tmp_path: Path, calculator: Path) -> Path:
 
 async def test_pypi_server_tools_through_the_env(tmp_path: Path) -> None:
     path = write_env(tmp_path, third_party("calculator"))
-    env = McpEnv.from_file(path, workspace_root=tmp_path / "ws", pool_size=0)
+    env = env_from_file(path, workspace_root=tmp_path / "ws", pool_size=0)
     try:
         await env.init_rollout("r")
         (spec,) = await env.list_tools()

@@ -17,12 +17,12 @@ from mcp_support import third_party
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RolloutInput, RolloutResult
 from gymflow.envs.contract import Message, Task, ToolSpec
 from gymflow.envs.policy import Policy
 from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.schema import RolloutInput, RolloutResult
 from support import call
 
 

@@ -9,7 +9,7 @@ import pytest
 from mcp_support import MakeEnv
 
 from gymflow.envs.errors import WorkspaceError
-from gymflow.envs.mcp import workspace as ws
+from gymflow.envs.runtime import workspace as ws
 
 ESCAPES = ["../outside.txt", "a/../../outside.txt", "/etc/passwd", "//etc/passwd", "a\x00b"]
 

@@ -17,10 +17,10 @@ import pytest
 from interop_support import Driver, gymflow_eval, record_of, require, run_reference, tool_calls
 from temporalio.client import Client
 
+from gymflow.activities.session_schema import SessionInput
 from gymflow.envs.contract import Task, Trajectory
-from gymflow.workers.servers.openenv import OpenEnvExporter
+from gymflow.workers.sdk.openenv import OpenEnvExporter
 from gymflow.workers.worker import RunningWorker
-from gymflow.workflows.session_schema import SessionInput
 
 
 async def test_openenv_env_through_gymflow_eval(client: Client, temporal_address: str, tmp_path: Path) -> None:

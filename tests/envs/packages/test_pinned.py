@@ -13,6 +13,7 @@ from interop_support import record_of, require, tool_calls
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import BatchInput, RolloutOptions
 from gymflow.activities.storage import read_trajectories
 from gymflow.envs.contract import Message, Task, ToolCall, ToolSpec
 from gymflow.envs.packages.install import distribution_digest
@@ -22,7 +23,6 @@ from gymflow.workers.cli.main import build_parser
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
 from gymflow.workflows.group import BatchRolloutWorkflow
-from gymflow.workflows.schema import BatchInput, RolloutOptions
 
 
 class DependencyThenSum(Policy):

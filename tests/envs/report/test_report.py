@@ -17,7 +17,7 @@ from gymflow.envs.contract import Reward, TerminationReason, Trajectory
 from gymflow.envs.eval import stats
 from gymflow.envs.eval.report import BatchRef
 from gymflow.envs.eval.svg import axis_range, nice_ticks
-from gymflow.workers.cli.report import summarize, write_report
+from gymflow.workers.sdk.report import summarize, write_report
 
 
 def _traj(rollout_id: str, task_id: str, reward: float | None, reason: TerminationReason) -> Trajectory:

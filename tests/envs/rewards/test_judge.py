@@ -17,7 +17,7 @@ from gymflow.envs.rewards.judge import (
     render_transcript,
     verdict_reward,
 )
-from gymflow.envs.rewards.rubric import Criterion, Rubric
+from gymflow.envs.wire.rubric import Criterion, Rubric
 
 RUBRIC = Rubric(
     criteria=[

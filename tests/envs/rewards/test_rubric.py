@@ -4,7 +4,8 @@ import pytest
 from pydantic import ValidationError
 
 from gymflow.envs.contract import Reward
-from gymflow.envs.rewards.rubric import Criterion, Rubric, aggregate, criterion_key
+from gymflow.envs.rewards.rubric import aggregate
+from gymflow.envs.wire.rubric import Criterion, Rubric, criterion_key
 
 
 def _rubric(*criteria: Criterion) -> Rubric:

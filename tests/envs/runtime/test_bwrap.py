@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gymflow.envs.mcp.env import McpEnv
+from gymflow.envs.envfile import env_from_file
 from gymflow.envs.runtime.base import Limits, RolloutSpec
 from gymflow.envs.runtime.bwrap import BwrapRuntime, unavailable_bwrap
 from gymflow.envs.runtime.node import NodeRuntimes
@@ -62,7 +62,7 @@ async def test_an_mcp_server_runs_in_the_rollouts_bwrap_sandbox(tmp_path: Path) 
     path = tmp_path / "env.yaml"
     path.write_text(yaml.safe_dump(config))
     runtimes = NodeRuntimes(node_id="bwrap-test", state_root=tmp_path / "state")
-    env = McpEnv.from_file(path, workspace_root=tmp_path / "wsroot", pool_size=0, runtimes=runtimes)
+    env = env_from_file(path, workspace_root=tmp_path / "wsroot", pool_size=0, runtimes=runtimes)
     try:
         await env.init_rollout("r1")
         result = await env.run_tool("r1", "whereami")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from container_support import STATE_ROOT, leftovers
 
+from gymflow.envs.envfile import env_from_file
 from gymflow.envs.errors import InfraError
-from gymflow.envs.mcp.env import McpEnv
 from gymflow.envs.runtime.engine import Engine
 from gymflow.envs.runtime.node import NodeRuntimes
 
@@ -21,7 +21,7 @@ async def test_servers_run_in_the_rollouts_container_and_leave_with_it(base_imag
     del base_image
     node = f"test-{uuid.uuid4().hex[:8]}"
     runtimes = NodeRuntimes(node_id=node, state_root=STATE_ROOT)
-    env = McpEnv.from_file(ENV_FILE, workspace_root=tmp_path / "ws", pool_size=0, runtimes=runtimes)
+    env = env_from_file(ENV_FILE, workspace_root=tmp_path / "ws", pool_size=0, runtimes=runtimes)
     engine = Engine.detect("podman")
     try:
         await env.init_rollout("r1")

@@ -96,7 +96,7 @@ def test_without_a_cgroup_bwrap_as_root_runs_no_model_code(tmp_path: Path, monke
     real = probe(Level.BWRAP, own_uid=False)
     if real is not None:
         pytest.skip(f"bwrap does not work here ({real}): needs bubblewrap: apt-get install bubblewrap")
-    from gymflow.envs.builtin.sheets.confine import BWRAP_ENV, bwrap_binary
+    from gymflow.envs.runtime.confine import BWRAP_ENV, bwrap_binary
 
     wrapper = tmp_path / "bwrap"  # the real bubblewrap, except that dropping the uid fails
     wrapper.write_text(

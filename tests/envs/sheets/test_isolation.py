@@ -25,11 +25,11 @@ from pathlib import Path
 import pytest
 from process_census import SPAWN_200, UNBOUNDED, Census, programs_left
 
-from gymflow.envs.builtin.sheets.confine import BWRAP_ENV
 from gymflow.envs.builtin.sheets.env import SheetsEnv, server_config
 from gymflow.envs.builtin.sheets.isolation import SANDBOX_ENV, choose
 from gymflow.envs.builtin.sheets.sandbox import REQUIRE_ENV, Guarantee, Level, Limits, guarantees, is_root, probe
 from gymflow.envs.contract import Task, ToolResult
+from gymflow.envs.runtime.confine import BWRAP_ENV
 
 REPO = Path(__file__).resolve().parents[3]
 MARKER = "gymflow-isolation-secret-7d1f"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.envs.builtin.sheets.confine import BWRAP_ENV, which
 from gymflow.envs.builtin.sheets.sandbox import Level, detect, is_root, probe
+from gymflow.envs.runtime.confine import BWRAP_ENV, which
 
 REPO = Path(__file__).resolve().parents[3]
 TOOLS = ("setpriv", "prlimit", "unshare", "bwrap", "kill", "sh")

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from gymflow.envs.builtin.sheets.confine import BWRAP_ENV
 from gymflow.envs.builtin.sheets.env import SheetsEnv
 from gymflow.envs.builtin.sheets.generate import spec
 from gymflow.envs.builtin.sheets.isolation import SANDBOX_ENV
@@ -17,6 +16,7 @@ from gymflow.envs.builtin.sheets.sandbox import Guarantee, Limits
 from gymflow.envs.contract import Message, Task, TerminationReason
 from gymflow.envs.policy import NullPolicy
 from gymflow.envs.registry import register
+from gymflow.envs.runtime.confine import BWRAP_ENV
 from gymflow.workers.worker import RunningWorker
 from support import ScriptedPolicy, call, play
 

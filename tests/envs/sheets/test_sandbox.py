@@ -35,7 +35,7 @@ from gymflow.envs.builtin.sheets.sandbox import (
     is_root,
     probe,
 )
-from gymflow.envs.mcp.workspace import usage
+from gymflow.envs.runtime.workspace import usage
 
 SMALL = Limits(cpu_s=2, wall_s=30.0, memory_mb=512, file_mb=2, processes=16, output_chars=2000)
 """The wall limit is generous: CI machines are shared and loaded; only the sleep test relies on it."""

@@ -34,12 +34,12 @@ from pydantic import Field
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 from skyrl_gym.envs.registration import register, registry
 
+from gymflow.activities.schema import RetrySettings, RolloutLimits
+from gymflow.activities.session_schema import SessionInput
 from gymflow.envs.contract import Message, Task, Trajectory, Wire
 from gymflow.envs.wire import chat
 from gymflow.workers.config import Settings
 from gymflow.workers.sdk.sessions import Session, SyncSessions
-from gymflow.workflows.schema import RetrySettings, RolloutLimits
-from gymflow.workflows.session_schema import SessionInput
 
 ENV_IDS = {"gymflow": None, "gymflow-math": "math", "gymflow-sheets": "sheets"}
 """skyrl-gym ids this module registers, and the gymflow env each plays (None: `env_config.env`)."""

@@ -38,7 +38,7 @@ from gymflow.envs.builtin.sheets.data import INPUT_NAME, OUTPUT_NAME
 from gymflow.envs.builtin.sheets.isolation import REFUSAL
 from gymflow.envs.builtin.sheets.sandbox import Guarantee, Limits, RunResult, Sandbox
 from gymflow.envs.errors import WorkspaceError
-from gymflow.envs.mcp.workspace import resolve_inside
+from gymflow.envs.runtime.workspace import resolve_inside
 
 MAX_CODE_CHARS = 100_000
 """Longest program `run_python` accepts."""

@@ -1,7 +1,7 @@
+from gymflow.activities.session_schema import SessionInput
 from gymflow.envs.contract import Task
-from gymflow.workers.sdk.client import connect
+from gymflow.workers.client import connect
 from gymflow.workers.sdk.sessions import start_session
-from gymflow.workflows.session_schema import SessionInput
 
 
 async def play_one_episode(address: str, *, task_queue: str = "gymflow") -> float:

@@ -1,6 +1,6 @@
 """An environment from one YAML/JSON file: MCP servers plus gymflow's keys, no Python class.
 
-    # env.yaml — `gymflow rollout env.yaml`, `McpEnv.from_file("env.yaml")`
+    # env.yaml — `gymflow rollout env.yaml`, `env_from_file("env.yaml")`
     mcpServers:                       # Claude Desktop / benchmax mcp_config.yaml format
       calculator: {command: mcp-server-calculator}
       letters: {command: python, args: [letters_server.py]}   # a server file next to env.yaml
@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -63,14 +63,17 @@ from gymflow.envs.harness.env import Harness, HarnessEnv
 from gymflow.envs.mcp.config import BUILTIN_PARSERS, WORKSPACE, parse_servers
 from gymflow.envs.mcp.env import McpEnv
 from gymflow.envs.mcp.library_reward import LibraryReward, LibraryRewardSpec
-from gymflow.envs.mcp.plugins import load_callable
 from gymflow.envs.mcp.reward import REWARD_KWARGS, REWARD_SIGNATURE, RewardFn, check_reward_fn
-from gymflow.envs.mcp.workspace import WorkspaceSeed
+from gymflow.envs.plugins import load_callable
 from gymflow.envs.policy import DEFAULT, NULL, Policy, PolicySpec
-from gymflow.envs.registry import ENV_FILE_SUFFIXES
 from gymflow.envs.runtime.config import RuntimeConfig
+from gymflow.envs.runtime.workspace import WorkspaceSeed
 
 RewardSpecs = str | LibraryRewardSpec | list[str | LibraryRewardSpec] | None
+
+
+PARSERS: dict[str, Callable[[str], Any]] = {".yaml": yaml.safe_load, ".yml": yaml.safe_load, ".json": json.loads}
+"""The env file formats, by suffix (gymflow.envs.registry reads a name with one of them as an env file)."""
 
 
 class EnvFile(Wire):
@@ -85,7 +88,7 @@ class EnvFile(Wire):
     base: Literal["harbor"] | None = None
     """With `harness`: the env the program plays instead of the file's own workspace. ``harbor``: each
     rollout is a Harbor task's container (the `dataset` is a directory of tasks) and the task's verifier
-    is the reward (gymflow.envs.harness.harbor)."""
+    is the reward (gymflow.envs.builtin.harbor.harness)."""
     description: str = ""
     """One line about the env, for `gymflow envs`."""
     system_prompt: str = ""
@@ -104,7 +107,7 @@ class EnvFile(Wire):
     fused_turns: bool = False
     """Run each turn's tool calls in the model turn's activity (BaseEnv.fused_turns); needs `stateless`."""
     workspace: WorkspaceSeed | None = None
-    """Files and a setup command every workspace gets before its servers start (gymflow.envs.mcp.workspace)."""
+    """Files and a setup command every workspace gets before its servers start (gymflow.envs.runtime.workspace)."""
     workspace_quota_mb: int | None = Field(default=None, ge=1)
     """Disk quota of each rollout's workspace in MB (default: the worker's `workspace_quota_mb`)."""
     runtime: RuntimeConfig | None = None
@@ -174,6 +177,12 @@ class HarnessFileEnv(HarnessEnv, FileEnv):
     """Base of the classes `env_class_from_file` builds from files with a `harness` key."""
 
 
+def env_from_file(path: str | Path, **kwargs: Any) -> BaseEnv:
+    """The env an env file describes, built with `kwargs` (an `McpEnv`, or a `HarnessEnv` with a
+    `harness` key); raises `EnvFileError` naming a bad key."""
+    return env_class_from_file(Path(path))(**kwargs)
+
+
 def load_env_file(path: Path) -> EnvFile:
     """Parse and validate an env file.
 
@@ -181,14 +190,15 @@ def load_env_file(path: Path) -> EnvFile:
         EnvFileError: The file is missing or unreadable, not YAML/JSON, or a key is unknown or
             invalid; the message names the file and the key.
     """
-    if path.suffix.lower() not in ENV_FILE_SUFFIXES:
-        raise EnvFileError(f"{path}: an env file must end in {', '.join(ENV_FILE_SUFFIXES)}")
+    parse = PARSERS.get(path.suffix.lower())
+    if parse is None:
+        raise EnvFileError(f"{path}: an env file must end in {', '.join(PARSERS)}")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise EnvFileError(f"{path}: cannot read env file: {exc.strerror or exc}") from exc
     try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        data = parse(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise EnvFileError(f"{path}: not valid {path.suffix[1:].upper()}: {exc}") from exc
     if not isinstance(data, dict):
@@ -256,8 +266,8 @@ def _build(name: str, path: Path, mtime_ns: int, size: int) -> type[BaseEnv]:
 
 
 def _harbor_harness(name: str, path: Path, config: EnvFile) -> type[BaseEnv]:
-    """The class of an env file whose harness plays Harbor tasks (gymflow.envs.harness.harbor)."""
-    from gymflow.envs.harness.harbor import HarborHarnessEnv  # the container runtime: loaded only for these
+    """The class of an env file whose harness plays Harbor tasks (gymflow.envs.builtin.harbor.harness)."""
+    from gymflow.envs.builtin.harbor.harness import HarborHarnessEnv  # the container runtime: loaded only for these
 
     assert config.harness is not None
     base = path.parent

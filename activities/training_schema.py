@@ -3,7 +3,7 @@
 `RunConfig` is what a user writes (YAML, `gymflow train launch CONFIG`); `TrainingRunInput` wraps
 it with the run id and the workflow's internal state (carried across continue-as-new). Reports
 (`StepReport`, `FinishReport`) are the trainer contract's way back: updates to the run workflow.
-Pure and passed through the workflow sandbox (like gymflow.workflows.schema): no I/O here; YAML parsing
+Pure and passed through the workflow sandbox (like gymflow.activities.schema): no I/O here; YAML parsing
 lives in gymflow.workers.sdk.training.
 """
 
@@ -15,8 +15,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import MAX_NAME_CHARS, RetrySettings, RolloutLimits, RolloutOptions
 from gymflow.envs.contract import Wire
-from gymflow.workflows.schema import MAX_NAME_CHARS, RetrySettings, RolloutLimits, RolloutOptions
 
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 """Run ids become workflow ids, cluster names, storage keys and directory names."""

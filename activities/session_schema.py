@@ -1,6 +1,6 @@
 """Input, updates and results of `RolloutSessionWorkflow` (the trainer-driven session).
 
-Kept apart from the workflow module, like gymflow.workflows.schema, so the models are built once per
+Kept apart from the workflow module, like gymflow.activities.schema, so the models are built once per
 worker (passed through the sandbox), not once per run. Pure.
 """
 
@@ -11,10 +11,10 @@ from typing import Any
 from pydantic import Field, model_validator
 from temporalio.common import SearchAttributePair
 
+from gymflow.activities import names
+from gymflow.activities.schema import MAX_NAME_CHARS, MAX_TIMEOUT_S, RetrySettings, RolloutLimits
 from gymflow.envs.contract import Message, Reward, Task, TerminationReason, ToolSpec, Trajectory, Wire
 from gymflow.envs.wire import chat
-from gymflow.workflows import status
-from gymflow.workflows.schema import MAX_NAME_CHARS, MAX_TIMEOUT_S, RetrySettings, RolloutLimits
 
 
 class SessionInput(Wire):
@@ -40,7 +40,7 @@ class SessionInput(Wire):
 def session_search_attributes(input: SessionInput) -> list[SearchAttributePair[Any]]:
     """GymflowEnv / GymflowTask / GymflowModel (/ GymflowRun) of a new session; GymflowStatus is
     written only when it closes (gymflow.workflows.status)."""
-    return status.start_attributes(input.env, model=input.model or "trainer", task=input.task.id, run=input.run_id)
+    return names.start_attributes(input.env, model=input.model or "trainer", task=input.task.id, run=input.run_id)
 
 
 class ResetResult(Wire):

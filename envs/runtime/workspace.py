@@ -18,7 +18,7 @@ from pydantic import Field, field_validator
 
 from gymflow.envs.contract import Wire
 from gymflow.envs.errors import InfraError, WorkspaceError
-from gymflow.envs.mcp.transport import server_env
+from gymflow.envs.runtime.transport import server_env
 
 MAX_COPY_BYTES = 256 * 1024 * 1024
 """Largest single file copied into or out of a workspace."""

@@ -6,7 +6,10 @@ defined once here and never repeated as literals.
 
 from __future__ import annotations
 
-from temporalio.common import SearchAttributeKey
+import enum
+from typing import Any
+
+from temporalio.common import SearchAttributeKey, SearchAttributePair
 
 TASK_QUEUE = "gymflow"
 """Default shared task queue: workflows, model calls and rollout initialisation."""
@@ -43,7 +46,7 @@ SA_RUN = SearchAttributeKey.for_keyword("GymflowRun")
 """The training run (or dataset generation run) a workflow belongs to."""
 
 MEMO_PLAN = "plan"
-"""Memo key: the RolloutWorkflow plan its starter expects (`gymflow.workflows.schema.ROLLOUT_PLAN`). A rollout
+"""Memo key: the RolloutWorkflow plan its starter expects (`gymflow.activities.schema.ROLLOUT_PLAN`). A rollout
 whose starter declares it runs that plan without a patch marker (and the TemporalChangeVersion
 upsert that comes with one); without it, the workflow asks `workflow.patched` as it always did."""
 
@@ -84,3 +87,29 @@ def rollout_queue(training_task_queue: str) -> str:
     rollouts go. A run started on a shared queue itself (before training had a queue of its own)
     keeps it."""
     return training_task_queue.removesuffix(TRAINING_QUEUE_SUFFIX)
+
+
+class Status(enum.StrEnum):
+    """Values of the GymflowStatus search attribute; only ever written when a workflow closes."""
+
+    COMPLETED = "completed"
+    INFRA_FAILED = "infra_failed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+def start_attributes(
+    env: str,
+    *,
+    model: str | None = None,
+    batch: str | None = None,
+    task: str | None = None,
+    run: str | None = None,
+) -> list[SearchAttributePair[Any]]:
+    """The search attributes a gymflow workflow starts with: never GymflowStatus, which only the closing
+    path of the workflow's own code writes (gymflow.workflows.status says why)."""
+    pairs: list[SearchAttributePair[Any]] = [SearchAttributePair(SA_ENV, env)]
+    for key, value in ((SA_MODEL, model), (SA_BATCH, batch), (SA_TASK, task), (SA_RUN, run)):
+        if value:
+            pairs.append(SearchAttributePair(key, value))
+    return pairs

@@ -36,12 +36,12 @@ from aiohttp import WSMsgType, web
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from gymflow.activities import names
+from gymflow.activities.session_schema import ResetResult, SessionInput, StepInput, StepResult
 from gymflow.envs.contract import Task
 from gymflow.envs.errors import ExporterError, SessionError
 from gymflow.envs.registry import env_class
 from gymflow.workers.sdk.sessions import Session, attach_session, start_session
-from gymflow.workflows import names
-from gymflow.workflows.session_schema import ResetResult, SessionInput, StepInput, StepResult
 
 EPISODE_PREFIX = "openenv-"
 """Session workflow ids are `openenv-<episode id>`."""
@@ -333,8 +333,8 @@ def _error(message: str, code: str) -> dict[str, Any]:
 
 def serve_from_cli(args: Any) -> int:
     """`gymflow envs serve NAME`: serve until interrupted (a worker must run the sessions)."""
+    from gymflow.workers.client import connect, data_converter
     from gymflow.workers.config import Settings
-    from gymflow.workers.sdk.client import connect, data_converter
 
     overrides = {k: v for k, v in {"temporal_address": args.address, "task_queue": args.task_queue}.items() if v}
     settings = Settings(**overrides)

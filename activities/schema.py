@@ -14,11 +14,11 @@ from typing import Any, Literal
 from pydantic import Field
 from temporalio.common import SearchAttributePair
 
+from gymflow.activities import names
 from gymflow.activities.dataset_models import DEFAULT_ENV, DatasetSource, GenerationOptions, ScanResult
+from gymflow.activities.judge import JudgeConfig
 from gymflow.activities.model import ModelConfig
 from gymflow.envs.contract import EnvPackageRef, Task, Trajectory, Wire
-from gymflow.workflows import names, status
-from gymflow.workflows.judging import JudgeConfig
 
 MAX_ATTEMPTS = 1000
 """Upper bound of retry attempts (Temporal's RetryPolicy holds an int32; nobody needs more)."""
@@ -109,7 +109,7 @@ def rollout_memo(input: RolloutInput) -> dict[str, Any]:
 def initial_search_attributes(input: RolloutInput) -> list[SearchAttributePair[Any]]:
     """GymflowEnv / GymflowModel / GymflowTask (/ GymflowBatch) of a starting rollout; GymflowStatus is
     written only when it closes (gymflow.workflows.status)."""
-    return status.start_attributes(
+    return names.start_attributes(
         input.env,
         model=input.model.model or "default",
         batch=input.batch_id,
@@ -233,12 +233,12 @@ class BatchInput(Wire):
 def group_search_attributes(input: GroupInput) -> list[SearchAttributePair[Any]]:
     """GymflowEnv / GymflowModel (/ GymflowBatch) of a starting group: its template rollout's."""
     rollout = input.rollout
-    return status.start_attributes(rollout.env, model=rollout.model.model or "default", batch=rollout.batch_id)
+    return names.start_attributes(rollout.env, model=rollout.model.model or "default", batch=rollout.batch_id)
 
 
 def batch_search_attributes(input: BatchInput, batch_id: str) -> list[SearchAttributePair[Any]]:
     """GymflowEnv / GymflowModel / GymflowBatch (its own workflow id) of a starting batch."""
-    return status.start_attributes(input.env, model=input.options.model.model or "default", batch=batch_id)
+    return names.start_attributes(input.env, model=input.options.model.model or "default", batch=batch_id)
 
 
 class BatchResult(Wire):

@@ -31,13 +31,21 @@ from typing import Any
 
 import yaml
 
-from gymflow.deploy.launcher import import_sky, pid_alive
-from gymflow.envs.mcp.ledger import start_time
+from gymflow.envs.mcp.ledger import pid_alive, start_time
 
 TRAINER = "trainer"
 """The job name of a run's trainer."""
 KILL_CONFIRM_S = 5.0
 LOG_TAIL_LINES = 20
+
+
+def import_sky() -> Any:
+    """The `sky` module (SkyPilot's Python API), imported on first use: skypilot is an optional extra."""
+    try:
+        import sky
+    except ImportError as exc:
+        raise RuntimeError("the SkyPilot backend needs skypilot: pip install 'gymflow[skypilot]'") from exc
+    return sky
 
 
 @dataclass
