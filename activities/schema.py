@@ -1,6 +1,9 @@
 """The workflows' input and result types, and the search attributes a rollout starts with.
 
-Kept out of the workflow modules on purpose: the workflow sandbox re-imports a workflow's own
+They live in the activities layer because both sides use them: the workflows orchestrate with
+them, and activities (training checks and launches, the SDK's clients above) take them as input;
+what two layers share sits in the lower one (docs/code-map.md). They are kept out of the workflow
+modules on purpose too: the workflow sandbox re-imports a workflow's own
 module for every run, and a pydantic model defined there would be rebuilt, with a new type adapter
 in the data converter, for every rollout. This module is passed through the sandbox
 (`gymflow.workers.sandbox_runner.SANDBOX_PASSTHROUGH`), so each model is built once per worker. It is pure: no I/O,

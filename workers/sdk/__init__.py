@@ -1,1 +1,2 @@
-"""The Python SDK: clients, groups, sessions, evals, datasets and the trainer contract."""
+"""The Python SDK: rollouts, groups, sessions, evals, datasets, the trainer contract, and the
+OpenEnv-protocol exporter built on sessions."""

@@ -1,1 +1,1 @@
-"""HTTP servers a node runs (policy, codec) and the embedded Temporal server."""
+"""HTTP servers a node runs (policy, codec, model gateway) and the embedded Temporal server."""
