@@ -151,7 +151,7 @@ asyncio.run(main())
 
 
 async def test_pool_processes_leave_with_a_worker_killed_outright() -> None:
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     run = await asyncio.create_subprocess_exec(
         sys.executable, "-c", POOL_ORPHAN, cwd=root, stdout=asyncio.subprocess.PIPE
     )
