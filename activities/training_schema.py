@@ -130,18 +130,25 @@ class EvalConfig(Wire):
 
 
 class PolicyRef(Wire):
-    """A policy as an endpoint: an env baseline policy by name (gymflow serves it for the run), or a URL."""
+    """A policy as an endpoint: an env baseline policy by name (gymflow serves it for the run), a URL,
+    or a checkpoint the trainer reports (the endpoint it reports with it)."""
 
     policy: str | None = None
     """Name of one of the env's baseline policies (`calculator`, `softmax`, ...)."""
     base_url: str | None = None
     """An OpenAI-compatible endpoint (…/v1)."""
     model: str = ""
+    checkpoint: str | None = None
+    """A checkpoint the trainer reports, by name (`step-000000`: a trainer's starting weights, which
+    it serves itself): the baseline is evaluated once it is reported, and is not compared with itself."""
 
     @model_validator(mode="after")
     def _one(self) -> PolicyRef:
-        if (self.policy is None) == (self.base_url is None):
-            raise ValueError("give exactly one of 'policy' (an env baseline policy) or 'base_url'")
+        if sum(x is not None for x in (self.policy, self.base_url, self.checkpoint)) != 1:
+            raise ValueError(
+                "give exactly one of 'policy' (an env baseline policy), 'base_url' or 'checkpoint' (one the "
+                "trainer reports)"
+            )
         return self
 
 

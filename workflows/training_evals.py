@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from gymflow.activities.training import CompareInput, TrainingActivities
     from gymflow.activities.training_schema import (
         CheckpointReport,
+        CheckpointState,
         EvalSummary,
         PreparedRun,
         RunConfig,
@@ -86,9 +87,27 @@ class Evaluator:
         """Evaluate the baseline, then each checkpoint in order, one at a time."""
         state = self.state
         if state.baseline_parts is None:
+            model = self.prepared.baseline
+            named = self.config.baseline.checkpoint
+            if named is not None:  # the trainer's own checkpoint (its starting weights): once it is reported
+                await workflow.wait_condition(lambda: self.closing or self._reported(named) is not None)
+                if self.closing:
+                    return
+                model = self._reported(named).report.endpoint or model  # type: ignore[union-attr]
             self.running = True
-            baseline = await self._batch("baseline", self.prepared.baseline)
+            baseline = await self._batch("baseline", model)
             state.baseline_batch, state.baseline_parts = baseline.batch_id, baseline.parts
+            if named is not None:
+                self._reported(named).eval = EvalSummary(  # type: ignore[union-attr]
+                    checkpoint=named,
+                    step=self._reported(named).report.step,  # type: ignore[union-attr]
+                    batch_id=baseline.batch_id,
+                    mean=baseline.mean_reward,
+                    baseline_mean=baseline.mean_reward,
+                    n_tasks=baseline.total,
+                    infra_failed=baseline.infra_failed,
+                    error="the baseline itself",
+                )
             self.running = False
         while True:
             await workflow.wait_condition(
@@ -101,6 +120,9 @@ class Evaluator:
             checkpoint.eval = await self._evaluate(checkpoint.report)
             await self.on_eval()
             self.running = False
+
+    def _reported(self, name: str) -> CheckpointState | None:
+        return next((c for c in self.state.checkpoints if c.report.name == name), None)
 
     async def _evaluate(self, checkpoint: CheckpointReport) -> EvalSummary:
         batch_id = f"{self.run_id}/eval/{checkpoint.name}"

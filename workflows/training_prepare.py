@@ -77,6 +77,10 @@ async def prepare(run_id: str, config: RunConfig, state: TrainingRunState) -> Pr
     services = sorted(policies)
 
     def endpoint(ref: Any) -> ModelConfig:
+        if (
+            ref.checkpoint is not None
+        ):  # the trainer reports its endpoint with the checkpoint (gymflow.workflows.training_evals)
+            return config.model
         if ref.policy is not None:
             return config.model.model_copy(update={"base_url": urls[f"policy-{ref.policy}"], "model": ""})
         return config.model.model_copy(update={"base_url": ref.base_url, "model": ref.model})
