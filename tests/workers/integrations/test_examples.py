@@ -19,7 +19,8 @@ EXAMPLES = sorted((ROOT / "workers" / "trainers" / "integrations" / "examples").
 
 
 def test_the_examples_are_found() -> None:
-    assert [p.stem for p in EXAMPLES] == ["session_episode", "skyrl_episode", "stream_groups"]
+    # trl_grpo runs in the trainer venv, through tests/workers/integrations/trl_steps.py (test_trl.py)
+    assert [p.stem for p in EXAMPLES] == ["session_episode", "skyrl_episode", "stream_groups", "trl_grpo"]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
