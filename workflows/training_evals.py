@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, TypedSearchAttributes
-from temporalio.exceptions import CancelledError, ChildWorkflowError
+from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -90,9 +90,17 @@ class Evaluator:
             model = self.prepared.baseline
             named = self.config.baseline.checkpoint
             if named is not None:  # the trainer's own checkpoint (its starting weights): once it is reported
-                await workflow.wait_condition(lambda: self.closing or self._reported(named) is not None)
+                await workflow.wait_condition(
+                    lambda: self.closing or self._reported(named) is not None or self.state.finish is not None
+                )
                 if self.closing:
                     return
+                if self._reported(named) is None:  # nothing can be compared: the run fails, saying why
+                    raise ApplicationError(
+                        f"baseline.checkpoint: the trainer finished without reporting checkpoint {named!r}",
+                        type=TRAINING_CONFIG,
+                        non_retryable=True,
+                    )
                 model = self._reported(named).report.endpoint or model  # type: ignore[union-attr]
             self.running = True
             baseline = await self._batch("baseline", model)

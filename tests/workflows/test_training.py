@@ -199,6 +199,15 @@ async def test_every_problem_of_a_config_is_named_in_one_failure(
     assert not (worker.settings.data_dir / "training" / str(run.run_id)).exists()
 
 
+async def test_a_baseline_checkpoint_the_trainer_never_reports_fails_the_run_saying_so(
+    client: Client, worker: RunningWorker, calculator_policy_url: str
+) -> None:
+    run = config(run_id(), calculator_policy_url, baseline={"checkpoint": "step-000000"})
+    cause = await failure(await start(client, worker, run))
+    assert isinstance(cause, ApplicationError) and cause.non_retryable, cause
+    assert "baseline.checkpoint: the trainer finished without reporting checkpoint 'step-000000'" in cause.message
+
+
 async def test_a_trainer_that_crashes_fails_the_run_with_its_last_log_lines(
     client: Client, worker: RunningWorker, calculator_policy_url: str
 ) -> None:
