@@ -129,8 +129,10 @@ def train(environ: dict[str, str] | None = None, *, out: Any = sys.stdout) -> in
 
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
             del args, control, kw
+            if not logs or "train_runtime" in logs:  # the summary TRL logs after the last step, not a step
+                return
             step = int(state.global_step)
-            scalars = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, int | float)}
+            scalars = {k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
             due = step % algo.checkpoint_every == 0 or step == algo.steps
             loop.run(session.report(step, scalars, checkpoint=report_checkpoint(step) if due else None))
             reward, loss = scalars.get("reward", float("nan")), scalars.get("loss", float("nan"))

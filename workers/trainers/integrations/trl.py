@@ -176,12 +176,13 @@ class GymflowRollouts:
         model: How rollouts call the model. Its `base_url` None: the trainer's model, served here.
             Token data and the hermes tool format are forced on (`tokens="vllm"`, `tool_format="hermes"`).
         options: Budgets and retries of every rollout (its `model` is replaced by `model`).
-        worker: Run a gymflow worker in this process for the rollouts (else a fleet must poll the queue).
+        worker: Run a gymflow worker in this process for the rollouts (else a fleet must poll the queue);
+            by default one runs unless `session` is given (a run's rollouts go to the run's workers).
         retries: Times an infra-failed rollout is played again before its row is masked out.
         measure_drift: Compare the trainer's logprobs of every sampled token with the sampler's, per step.
         max_batch: Requests the served model generates together, at most.
         session: A trainer's session (gymflow.workers.sdk.trainer): groups run as the run's (its queue,
-            GymflowRun), on the run's workers (`worker` is then False unless given).
+            GymflowRun), on the run's workers.
         loop: The event loop thread to use (the session's); by default one of its own.
         client: A Temporal client of that loop to use (else one is connected with `settings`).
     """
@@ -194,7 +195,7 @@ class GymflowRollouts:
         settings: Settings | None = None,
         model: ModelConfig | None = None,
         options: RolloutOptions | None = None,
-        worker: bool = True,
+        worker: bool | None = None,
         retries: int = 1,
         measure_drift: bool = True,
         max_batch: int = 64,
@@ -210,7 +211,7 @@ class GymflowRollouts:
         self.settings = settings or Settings()
         self.model = (model or ModelConfig()).model_copy(update={"tokens": "vllm", "tool_format": "hermes"})
         self.options = options or RolloutOptions()
-        self.worker = worker if session is None or worker is not True else False
+        self.worker = session is None if worker is None else worker
         self.session = session
         self.retries = retries
         self.measure_drift = measure_drift
