@@ -71,6 +71,10 @@ class ModelConfig(Wire):
     """The model takes images: the images MCP tools return reach it as OpenAI ``image_url`` parts
     (``data:`` URLs, in a user message after the tool results). Off, it reads the tool text's
     placeholder for each (``[image: image/png, 12 KB]``)."""
+    version: int | None = Field(default=None, ge=0)
+    """The policy version behind this endpoint (a trainer step): recorded on every turn it plays
+    (`Trajectory.versions`), so a trainer knows which weights produced each token. A running rollout
+    moves to a newer one when its trainer announces it (`PolicyUpdate`)."""
     local_activity: bool = False
     """Run each turn as a local activity of the workflow's worker: one server round trip per turn
     fewer and no conversation in history, for short turns. A generation then holds a workflow task

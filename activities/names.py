@@ -45,6 +45,10 @@ SA_TASK = SearchAttributeKey.for_keyword("GymflowTask")
 SA_RUN = SearchAttributeKey.for_keyword("GymflowRun")
 """The training run (or dataset generation run) a workflow belongs to."""
 
+POLICY_SIGNAL = "policy"
+"""Signal of a rollout (and of a group, which passes it to its rollouts): the trainer's new policy
+version (`gymflow.activities.schema.PolicyUpdate`)."""
+
 MEMO_PLAN = "plan"
 """Memo key: the RolloutWorkflow plan its starter expects (`gymflow.activities.schema.ROLLOUT_PLAN`). A rollout
 whose starter declares it runs that plan without a patch marker (and the TemporalChangeVersion

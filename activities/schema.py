@@ -71,6 +71,26 @@ class RetrySettings(Wire):
     """Re-initialisations after node/server loss before giving up."""
 
 
+PolicyMode = Literal["continue", "drain"]
+"""What a running rollout does when its trainer announces new weights (`PolicyUpdate`): ``continue``
+plays on the weights it has until the new ones are live, then moves to them at its next turn (a
+partial rollout, each turn tagged with its version); ``drain`` finishes the turn it is in and waits at
+the next turn boundary until the new weights are live."""
+
+
+class PolicyUpdate(Wire):
+    """A trainer's announcement to its running rollouts (the `names.POLICY_SIGNAL` signal)."""
+
+    version: int = Field(ge=0)
+    """The new policy version (a trainer step)."""
+    live: bool = True
+    """False: the weights are about to change (rollouts that drain wait at their next turn); True:
+    version `version` serves now, from the next turn on."""
+    model: ModelConfig | None = None
+    """The endpoint of the new version, when it changes (another base URL or model name); None: the
+    rollout's own, with `version`."""
+
+
 class RolloutInput(Wire):
     """Input of RolloutWorkflow."""
 
@@ -92,6 +112,11 @@ class RolloutInput(Wire):
     """Run each turn's tool calls in the model turn's activity (gymflow.activities.turn): None follows the
     env (`BaseEnv.fused_turns`), False keeps one activity per tool call, True asks for fused turns,
     which only a stateless env gets (a stateful env's completed calls are never run again)."""
+    policy_mode: PolicyMode = "continue"
+    """What the rollout does when its trainer announces new weights (`PolicyMode`)."""
+    policy: PolicyUpdate | None = None
+    """The trainer's newest announcement when the rollout starts (set by its group, which passes on
+    later ones as `names.POLICY_SIGNAL` signals)."""
 
 
 RolloutResult = Trajectory
@@ -163,6 +188,8 @@ class RolloutOptions(Wire):
     """LLM-judge settings (rubric rewards); None unless the env gives a rubric."""
     fuse_turns: bool | None = None
     """`RolloutInput.fuse_turns` of every rollout."""
+    policy_mode: PolicyMode = "continue"
+    """`RolloutInput.policy_mode` of every rollout."""
 
     def rollout(
         self, env: str, task: Task, *, batch_id: str | None = None, model: ModelConfig | None = None
@@ -176,6 +203,7 @@ class RolloutOptions(Wire):
             retry=self.retry,
             judge=self.judge,
             fuse_turns=self.fuse_turns,
+            policy_mode=self.policy_mode,
             batch_id=batch_id,
         )
 

@@ -51,6 +51,10 @@ class FusedTurns:
         self.call_lines_read_at: str | None = None
         """The state key of the rollout whose node took a turn that asked for call lines."""
 
+    def forget(self) -> None:
+        """The rollout's node holds settings that changed (a new model): the next turn goes whole."""
+        self.node_context = None
+
     async def play(
         self,
         handle: RolloutHandle,

@@ -21,6 +21,7 @@ gets its children cancelled, not terminated. Both record their final GymflowStat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections.abc import Sequence
 from datetime import timedelta
@@ -28,7 +29,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, TypedSearchAttributes
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
 from temporalio.workflow import ChildWorkflowCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -43,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         BatchState,
         GroupInput,
         GroupResult,
+        PolicyUpdate,
         RolloutInput,
         batch_search_attributes,
         group_search_attributes,
@@ -108,6 +110,12 @@ async def run_child(rollout: RolloutInput, child_id: str) -> Trajectory:
         return failed_trajectory(rollout, child_id, exc)
 
 
+async def _tell(child_id: str, update: PolicyUpdate) -> None:
+    """Pass a policy announcement to a running rollout; one that closed meanwhile needs none."""
+    with contextlib.suppress(FailureError):
+        await workflow.get_external_workflow_handle(child_id).signal(names.POLICY_SIGNAL, update)
+
+
 async def cancel_children(children: Sequence[asyncio.Task[Any]]) -> None:
     """Ask every running child to cancel, and wait (bounded) until they have closed.
 
@@ -124,6 +132,21 @@ async def cancel_children(children: Sequence[asyncio.Task[Any]]) -> None:
 
 @workflow.defn(name=names.GROUP_WORKFLOW)
 class GroupRolloutWorkflow:
+    def __init__(self) -> None:
+        self._policy: PolicyUpdate | None = None
+        """The trainer's newest policy announcement (`names.POLICY_SIGNAL`), passed to every sample."""
+        self._children: dict[str, asyncio.Task[Trajectory]] = {}
+
+    @workflow.signal(name=names.POLICY_SIGNAL)
+    async def policy(self, update: PolicyUpdate) -> None:
+        """New weights: samples not started yet begin with them, running ones are told (a signal each)."""
+        current = self._policy
+        if current is not None and (update.version, update.live) <= (current.version, current.live):
+            return
+        self._policy = update
+        running = [child_id for child_id, child in self._children.items() if not child.done()]
+        await asyncio.gather(*(_tell(child_id, update) for child_id in running))
+
     @workflow.run
     async def run(self, input: GroupInput) -> GroupResult:
         patched = workflow.patched(PARENT_STATUS)
@@ -138,9 +161,10 @@ class GroupRolloutWorkflow:
             model = template.model
             if model.seed is not None:
                 model = model.model_copy(update={"seed": model.seed + i})
-            samples.append(template.model_copy(update={"model": model, "rollout_id": None}))
+            samples.append(template.model_copy(update={"model": model, "rollout_id": None, "policy": self._policy}))
         if patched:
             children = [asyncio.ensure_future(run_child(s, f"{parent}/s{i}")) for i, s in enumerate(samples)]
+            self._children = {f"{parent}/s{i}": child for i, child in enumerate(children)}
             try:
                 await workflow.wait(children)
             except asyncio.CancelledError:

@@ -47,8 +47,14 @@ with workflow.unsafe.imports_passed_through():
     from gymflow.activities.env_schema import RolloutHandle
     from gymflow.activities.gateway import MODEL_CALL_UPDATE, GatewayAnswer, GatewayCall
     from gymflow.activities.judge import JudgeConfig
-    from gymflow.activities.model import GenerateInput, GenerateResult, ModelActivities
-    from gymflow.activities.schema import ROLLOUT_PLAN, RolloutInput, RolloutResult, initial_search_attributes
+    from gymflow.activities.model import GenerateInput, GenerateResult, ModelActivities, ModelConfig
+    from gymflow.activities.schema import (
+        ROLLOUT_PLAN,
+        PolicyUpdate,
+        RolloutInput,
+        RolloutResult,
+        initial_search_attributes,
+    )
     from gymflow.activities.turn import PlayTurnResult
     from gymflow.envs.contract import Message, Reward, TerminationReason, Trajectory, Usage
     from gymflow.envs.wire.rubric import Rubric
@@ -94,15 +100,34 @@ class RolloutWorkflow:
         """The reward a fused final turn computed (the rollout's state is then freed)."""
         self._harness: HarnessRun | None = None
         """Set when an agent program plays the rollout (a harness env, gymflow.workflows.harness)."""
+        self._model: ModelConfig | None = None
+        """The model the next turn calls: the input's, until the trainer announces newer weights."""
+        self._policy: PolicyUpdate | None = None
+        """The newest policy announcement received (`policy` signal)."""
+        self._versions: list[int | None] = []
+        """The policy version of every model turn played, in order."""
+        self._draining = False
+
+    @workflow.signal(name=names.POLICY_SIGNAL)
+    def policy(self, update: PolicyUpdate) -> None:
+        """The trainer's new policy version: applied at the next turn boundary (`RolloutInput.policy_mode`)."""
+        current = self._policy
+        if current is None or (update.version, update.live) > (current.version, current.live):
+            self._policy = update
 
     @workflow.query
     def progress(self) -> dict[str, int]:
-        """Turns, tool calls and recoveries so far."""
+        """Turns, tool calls and recoveries so far; the policy version of the next turn (-1: unversioned),
+        the newest one announced to it, and whether it waits for announced weights to go live (`drain`)."""
         env = self._env
+        model = self._model
         return {
             "turns": self._turns,
             "tool_calls": env.tool_calls if env else 0,
             "recoveries": env.recoveries if env else 0,
+            "version": -1 if model is None or model.version is None else model.version,
+            "announced": -1 if self._policy is None else self._policy.version,
+            "draining": int(self._draining),
         }
 
     @workflow.run
@@ -113,6 +138,9 @@ class RolloutWorkflow:
 
     async def _run(self, input: RolloutInput) -> RolloutResult:
         self._input = input
+        self._model = input.model
+        if input.policy is not None:
+            self.policy(input.policy)
         self._rollout_id = input.rollout_id or workflow.info().workflow_id
         self._fused_turns = FusedTurns(input, self._rollout_id)
         self._plan_2 = self._declared_plan_2() or workflow.patched(ROLLOUT_PLAN_2)
@@ -240,11 +268,15 @@ class RolloutWorkflow:
         while self._turns < limits.max_turns:
             if self._env_steps().time_up():  # the task's agent timeout: the reward still runs
                 return TerminationReason.TIME_BUDGET
+            if self._policy is not None:  # only rollouts a trainer announced weights to
+                await self._follow_policy()
             with spans.span("turn", turn=self._turns + 1):
                 self._check_context_budget()
+                version = self._current_model().version
                 turn = await self._play_turn() if self._fused else None
                 result = turn.generated if turn else await self._generate()
                 self._turns += 1
+                self._versions.append(version)
                 self._usage = Usage(
                     prompt_tokens=self._usage.prompt_tokens + result.usage.prompt_tokens,
                     completion_tokens=self._usage.completion_tokens + result.usage.completion_tokens,
@@ -294,26 +326,49 @@ class RolloutWorkflow:
                     return TerminationReason.OUTPUT_BUDGET
         return TerminationReason.MAX_TURNS
 
+    async def _follow_policy(self) -> None:
+        """At a turn boundary: wait for announced weights to go live (`drain`), and move to the newest
+        live version (the next turn calls it; the turn in flight finished on the weights it started with)."""
+        model = self._current_model()
+        mine = -1 if model.version is None else model.version
+        pending = self._policy
+        if pending is not None and not pending.live and pending.version > mine and self._input.policy_mode == "drain":
+            workflow.set_current_details(f"waiting for policy version {pending.version} to go live")
+            self._draining = True
+            await workflow.wait_condition(
+                lambda: self._policy is not None and (self._policy.live or self._policy.version > pending.version)
+            )
+            self._draining = False
+        update = self._policy
+        if update is not None and update.live and update.version > mine:
+            base = update.model or model
+            self._model = base.model_copy(update={"version": update.version})
+            self._fused_turns.forget()  # the rollout's node holds the old model settings
+
+    def _current_model(self) -> ModelConfig:
+        assert self._model is not None
+        return self._model
+
     def _check_context_budget(self) -> None:
         budget = self._input.limits.max_context_tokens
         if budget is None or not self._turns:
             return
         # The next prompt is the last one plus what was added since: the reply and observations.
         estimate = self._usage.last_prompt_tokens + self._last_completion_tokens + self._pending_chars // 4
-        if estimate + (self._input.model.max_tokens or 0) > budget:
+        if estimate + (self._current_model().max_tokens or 0) > budget:
             raise _Stop(TerminationReason.CONTEXT_BUDGET)
 
     async def _generate(self) -> GenerateResult:
-        input = self._input
+        input, model = self._input, self._current_model()
         handle = self._env_steps().handle
         assert handle is not None
-        local = self._plan_2 and input.model.local_activity
+        local = self._plan_2 and model.local_activity
         try:
             return await execute(
                 ModelActivities.generate,
                 self._generate_input(handle),
                 local=local,
-                start_to_close_timeout=timedelta(seconds=input.model.request_timeout_s + 30),
+                start_to_close_timeout=timedelta(seconds=model.request_timeout_s + 30),
                 # A worker that dies mid-generation is noticed within this, not after request_timeout_s
                 # (a local turn is the workflow task's: its timeout notices the dead worker instead).
                 **({} if local else {"heartbeat_timeout": MODEL_HEARTBEAT}),
@@ -323,7 +378,7 @@ class RolloutWorkflow:
                     maximum_attempts=input.retry.model_attempts,
                     non_retryable_error_types=[errors.MODEL_REJECTED, errors.CONTEXT_LENGTH],
                 ),
-                summary=f"{input.model.model or 'model'} turn {self._turns + 1}",
+                summary=f"{model.model or 'model'} turn {self._turns + 1}",
             )
         except ActivityError as exc:
             if error_type(exc) == errors.CONTEXT_LENGTH:
@@ -364,7 +419,7 @@ class RolloutWorkflow:
     def _generate_input(self, handle: RolloutHandle) -> GenerateInput:
         """The model turn's whole input."""
         return GenerateInput(
-            model=self._input.model,
+            model=self._current_model(),
             messages=self._messages,
             tools=handle.tools,
             rollout_id=self._rollout_id,
@@ -407,4 +462,5 @@ class RolloutWorkflow:
             env_package=self._env.env_package if self._env else None,
             tokens=self._tokens,
             program=self._harness.program() if self._harness is not None else None,
+            versions=self._versions if any(v is not None for v in self._versions) else [],
         )

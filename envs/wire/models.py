@@ -291,6 +291,14 @@ class Trajectory(Wire):
     empty when token data was off. `token_sequence()` joins them (gymflow.envs.wire.tokens)."""
     program: ProgramRun | None = Field(default=None, exclude_if=lambda program: program is None)
     """For a harness rollout, its agent program's run (`turns` then counts its model calls)."""
+    versions: list[int | None] = Field(default_factory=list, exclude_if=lambda versions: not versions)
+    """Per model turn, in order, the policy version that played it (`ModelConfig.version`; None for a
+    turn of an unversioned model); empty when no turn was versioned."""
+
+    def version_span(self) -> tuple[int, int] | None:
+        """(first, last): the oldest and the newest policy version among the turns; None if none was versioned."""
+        known = [v for v in self.versions if v is not None]
+        return (min(known), max(known)) if known else None
 
     def token_segments(self) -> list[TokenSequence]:
         """The conversation as linear token segments, each with its own loss mask: one segment when every

@@ -44,6 +44,7 @@ from gymflow.activities.schema import GroupInput, GroupResult, RolloutOptions, g
 from gymflow.envs.contract import Task
 from gymflow.workers.client import connect
 from gymflow.workers.sdk.client import with_messages
+from gymflow.workers.sdk.policy import PolicyChannel
 from gymflow.workflows.group import GroupRolloutWorkflow
 
 
@@ -53,7 +54,14 @@ def group_id(batch_id: str, index: int, task: Task) -> str:
 
 
 async def _group(
-    client: Client, workflow_id: str, input: GroupInput, task_queue: str, extra: Sequence[SearchAttributePair[Any]]
+    client: Client,
+    workflow_id: str,
+    input: GroupInput,
+    task_queue: str,
+    extra: Sequence[SearchAttributePair[Any]],
+    *,
+    policy: PolicyChannel | None = None,
+    since: int = 0,
 ) -> GroupResult:
     """Start the group (or attach to it, or read its finished result) and wait for it."""
     rollout = input.rollout
@@ -74,7 +82,16 @@ async def _group(
         )
     except WorkflowAlreadyStartedError:  # it completed in an earlier run of this batch
         handle = client.get_workflow_handle(workflow_id, result_type=GroupResult)
-    group = await with_messages(client, await handle.result())
+    if policy is None:
+        result = await handle.result()
+    else:  # it is told of every announcement from now on, and of one made while it was starting
+        policy.started(workflow_id, since)
+        try:
+            await policy.caught_up(workflow_id, since)
+            result = await handle.result()
+        finally:
+            policy.finished(workflow_id)
+    group = await with_messages(client, result)
     return group.model_copy(update={"group_id": workflow_id})
 
 
@@ -92,6 +109,7 @@ async def rollout_groups(
     task_queue: str = names.TASK_QUEUE,
     scale_by_std: bool = True,
     search_attributes: Sequence[SearchAttributePair[Any]] = (),
+    policy: PolicyChannel | None = None,
 ) -> AsyncIterator[GroupResult]:
     """`n` samples of every task as GRPO groups, yielded as each finishes (see the module docstring).
 
@@ -108,6 +126,8 @@ async def rollout_groups(
         task_queue: The workers' shared queue.
         scale_by_std: GRPO advantages (r - mean) / std; False: r - mean.
         search_attributes: Set on every group besides gymflow's own (e.g. GymflowRun for a training run).
+        policy: The trainer's versioned policy (gymflow.workers.sdk.policy): each group starts on its
+            current model (overriding `model`), and is told of every later announcement.
     """
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
@@ -126,9 +146,13 @@ async def rollout_groups(
             workflow_id = group_id(batch, index, task)
             if workflow_id in skip:
                 continue
-            rollout = opts.rollout(env, task, batch_id=batch, model=config)
+            since = policy.stamp() if policy is not None else 0
+            rollout = opts.rollout(env, task, batch_id=batch, model=policy.model if policy is not None else config)
+            if policy is not None:
+                rollout = rollout.model_copy(update={"policy": policy.latest()})
             input = GroupInput(rollout=rollout, n=n, scale_by_std=scale_by_std)
-            running[asyncio.ensure_future(_group(client, workflow_id, input, task_queue, search_attributes))] = index
+            started = _group(client, workflow_id, input, task_queue, search_attributes, policy=policy, since=since)
+            running[asyncio.ensure_future(started)] = index
 
     try:
         fill()
