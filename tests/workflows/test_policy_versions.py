@@ -29,7 +29,7 @@ from gymflow.activities.model import ModelConfig
 from gymflow.activities.schema import GroupResult, RolloutLimits, RolloutOptions
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.builtin.math.policy import CalculatorPolicy
-from gymflow.workers.sdk.groups import group_id, rollout_groups
+from gymflow.workers.sdk.groups import StreamStats, group_id, group_lag, rollout_groups
 from gymflow.workers.sdk.policy import PolicyChannel
 from gymflow.workers.servers.policy import AppServer, build_app
 from gymflow.workers.worker import RunningWorker
@@ -124,3 +124,49 @@ async def test_a_weight_update_during_64_rollouts_in_flight(client: Client, work
     seen = Counter(model.names)
     assert seen == {"v0": 64, "v1": 128}, seen  # one request per turn: none lost, none repeated
     assert sum(t.turns for t in trajectories) == len(model.names)
+
+
+@pytest.mark.parametrize("stale", ["rerun", "keep", "drop"])
+async def test_a_group_played_on_old_weights_is_never_yielded_as_fresh(
+    client: Client, worker: RunningWorker, stale: str
+) -> None:
+    model = GatedModel()
+    tasks = generate_tasks(2, seed=6, difficulty=2)
+    stats = StreamStats()
+    async with AppServer(model) as server:
+        policy = PolicyChannel(client, ModelConfig(base_url=server.url, model="v0"))
+        groups: list[GroupResult] = []
+
+        async def stream() -> None:
+            async for group in rollout_groups(
+                client, tasks, env=InProcessMathEnv.name, n=2, policy=policy, max_staleness=0,
+                stale=stale, stats=stats, task_queue=worker.task_queue,  # type: ignore[arg-type]
+            ):  # fmt: skip
+                groups.append(group)
+
+        streaming = asyncio.create_task(stream())
+        await wait_until(lambda: model.waiting >= 4, timeout_s=60, what="4 rollouts in their first turn")
+        await policy.announce(1, model=ModelConfig(base_url=server.url, model="v1"))
+        model.open.set()
+        await asyncio.wait_for(streaming, 90)
+    lags = [group_lag(g, policy.version) for g in groups]
+    if stale == "rerun":  # played again, on version 1 from the start
+        assert stats.stale_rerun == 2 and lags == [0, 0] and stats.lags == {0: 2}
+        assert all(g.group_id.endswith("~1") for g in groups)
+        assert all(t.versions == [1, 1, 1] for g in groups for t in g.trajectories)
+    elif stale == "keep":  # yielded for off-policy use, and counted
+        assert stats.stale_kept == 2 and lags == [1, 1] and stats.lags == {1: 2}
+    else:
+        assert stats.stale_dropped == 2 and groups == []
+
+
+async def test_staleness_needs_a_policy(client: Client) -> None:
+    with pytest.raises(ValueError, match="max_staleness needs a policy"):
+        async for _ in rollout_groups(client, [], env="math", max_staleness=1):
+            pass
+    policy = PolicyChannel(client, ModelConfig(model="v3", version=3))
+    with pytest.raises(ValueError, match="not newer than the live version 3"):
+        await policy.announce(2)
+    with pytest.raises(ValueError, match="stale must be"):
+        async for _ in rollout_groups(client, [], env="math", policy=policy, stale="later"):  # type: ignore[arg-type]
+            pass

@@ -27,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Collection, Iterable, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import (
@@ -46,6 +47,40 @@ from gymflow.workers.client import connect
 from gymflow.workers.sdk.client import with_messages
 from gymflow.workers.sdk.policy import PolicyChannel
 from gymflow.workflows.group import GroupRolloutWorkflow
+
+Stale = Literal["rerun", "keep", "drop"]
+MAX_RERUNS = 3
+"""A stale group's task is played again at most this many times, then its group is dropped."""
+
+
+@dataclass
+class StreamStats:
+    """What a group stream did with staleness (`rollout_groups(..., stats=...)`)."""
+
+    stale_rerun: int = 0
+    """Groups too stale to yield, whose task was played again."""
+    stale_kept: int = 0
+    """Groups yielded although stale (`stale="keep"`)."""
+    stale_dropped: int = 0
+    """Groups dropped as stale (`stale="drop"`, or after `MAX_RERUNS`)."""
+    lags: dict[int, int] = field(default_factory=dict)
+    """Groups yielded, by lag: versions between the oldest turn and the live policy when yielded."""
+
+
+def group_lag(group: GroupResult, version: int) -> int:
+    """How many versions behind `version` the oldest turn of `group` was played (0 if unversioned)."""
+    spans = [t.version_span() for t in group.trajectories]
+    oldest = min((span[0] for span in spans if span is not None), default=version)
+    return max(0, version - oldest)
+
+
+def _check(max_in_flight: int, policy: PolicyChannel | None, max_staleness: int | None, stale: str) -> None:
+    if max_in_flight < 1:
+        raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+    if max_staleness is not None and (policy is None or max_staleness < 0):
+        raise ValueError("max_staleness needs a policy (PolicyChannel) and a bound >= 0")
+    if stale not in ("rerun", "keep", "drop"):
+        raise ValueError(f"stale must be 'rerun', 'keep' or 'drop', got {stale!r}")
 
 
 def group_id(batch_id: str, index: int, task: Task) -> str:
@@ -110,6 +145,9 @@ async def rollout_groups(
     scale_by_std: bool = True,
     search_attributes: Sequence[SearchAttributePair[Any]] = (),
     policy: PolicyChannel | None = None,
+    max_staleness: int | None = None,
+    stale: Stale = "rerun",
+    stats: StreamStats | None = None,
 ) -> AsyncIterator[GroupResult]:
     """`n` samples of every task as GRPO groups, yielded as each finishes (see the module docstring).
 
@@ -128,14 +166,30 @@ async def rollout_groups(
         search_attributes: Set on every group besides gymflow's own (e.g. GymflowRun for a training run).
         policy: The trainer's versioned policy (gymflow.workers.sdk.policy): each group starts on its
             current model (overriding `model`), and is told of every later announcement.
+        max_staleness: With `policy`: a group whose oldest turn was played more than this many versions
+            behind the live one is never yielded as fresh; `stale` says what happens to it instead.
+        stale: ``rerun`` (the task is played again as a new group, at most `MAX_RERUNS` times, then
+            dropped), ``keep`` (yielded anyway, for off-policy use) or ``drop``.
+        stats: Counts of what happened (stale groups rerun, kept, dropped; the lag of every group yielded).
     """
-    if max_in_flight < 1:
-        raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+    _check(max_in_flight, policy, max_staleness, stale)
+    counts = stats if stats is not None else StreamStats()
     opts = options or RolloutOptions()
     config = model or opts.model
     batch = batch_id or f"groups-{uuid.uuid4().hex[:8]}"
     pending = iter(enumerate(tasks))
-    running: dict[asyncio.Task[GroupResult], int] = {}
+    running: dict[asyncio.Task[GroupResult], tuple[int, Task, int]] = {}
+    """A group in flight -> (its task's index, the task, reruns of it so far)."""
+
+    def start(index: int, task: Task, rerun: int) -> None:
+        workflow_id = group_id(batch, index, task) + (f"~{rerun}" if rerun else "")
+        since = policy.stamp() if policy is not None else 0
+        rollout = opts.rollout(env, task, batch_id=batch, model=policy.model if policy is not None else config)
+        if policy is not None:
+            rollout = rollout.model_copy(update={"policy": policy.latest()})
+        input = GroupInput(rollout=rollout, n=n, scale_by_std=scale_by_std)
+        started = _group(client, workflow_id, input, task_queue, search_attributes, policy=policy, since=since)
+        running[asyncio.ensure_future(started)] = (index, task, rerun)
 
     def fill() -> None:
         while len(running) < max_in_flight:
@@ -143,24 +197,29 @@ async def rollout_groups(
             if item is None:
                 return
             index, task = item
-            workflow_id = group_id(batch, index, task)
-            if workflow_id in skip:
-                continue
-            since = policy.stamp() if policy is not None else 0
-            rollout = opts.rollout(env, task, batch_id=batch, model=policy.model if policy is not None else config)
-            if policy is not None:
-                rollout = rollout.model_copy(update={"policy": policy.latest()})
-            input = GroupInput(rollout=rollout, n=n, scale_by_std=scale_by_std)
-            started = _group(client, workflow_id, input, task_queue, search_attributes, policy=policy, since=since)
-            running[asyncio.ensure_future(started)] = index
+            if group_id(batch, index, task) not in skip:
+                start(index, task, 0)
 
     try:
         fill()
         while running:
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            for finished in sorted(done, key=running.__getitem__):
-                del running[finished]
-                yield finished.result()  # raises if the group failed outright (e.g. invalid input)
+            for finished in sorted(done, key=lambda f: running[f][0]):
+                index, task, rerun = running.pop(finished)
+                group = finished.result()  # raises if the group failed outright (e.g. invalid input)
+                lag = group_lag(group, policy.version) if policy is not None else 0
+                if max_staleness is not None and lag > max_staleness:
+                    if stale == "rerun" and rerun < MAX_RERUNS:
+                        counts.stale_rerun += 1
+                        start(index, task, rerun + 1)  # in place of this one: the in-flight bound holds
+                        continue
+                    if stale != "keep":
+                        counts.stale_dropped += 1
+                        fill()
+                        continue
+                    counts.stale_kept += 1
+                counts.lags[lag] = counts.lags.get(lag, 0) + 1
+                yield group
                 fill()  # only once the trainer took one: the in-flight bound holds while it trains
     finally:
         for waiting in running:  # stop waiting; the workflows run on, and the batch id resumes them

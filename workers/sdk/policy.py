@@ -90,6 +90,20 @@ class PolicyChannel:
     def finished(self, group_id: str) -> None:
         self._running.pop(group_id, None)
 
+    async def cancel_running(self) -> int:
+        """Cancel the groups still playing (a trainer that took every step it wanted); returns how many."""
+
+        async def cancel(group_id: str) -> bool:
+            try:
+                await self.client.get_workflow_handle(group_id).cancel()
+            except RPCError as exc:
+                if exc.status not in GONE:
+                    raise
+                return False
+            return True
+
+        return sum(await asyncio.gather(*(cancel(group_id) for group_id in list(self._running))))
+
     def _stamp(self) -> int:
         """A number that grows with every announcement (live versions and pending ones)."""
         if self.pending is not None:
