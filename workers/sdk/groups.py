@@ -20,13 +20,26 @@ Each group is a `GroupRolloutWorkflow` whose id is derived from the batch id and
   their trajectory (`infra_failed=True`) and get advantage None; with `ModelConfig.tokens` on, every
   trajectory carries its token data (read back from the rollouts when a group was too large to
   return it inline).
+
+A step that wants K groups with signal (`gymflow.workers.sdk.curriculum`):
+
+    stream = client.rollout_groups(task_stream, n=8, batch_id="step-12", want=8, filter=DifficultyFilter(),
+                                   pool=pool)
+    groups = [group async for group in stream]   # 8 groups whose rewards differ (or fewer: stream.stats.ended)
+    log(stream.stats.scalars())                  # groups/dropped_solved, groups/dropped_failed, ...
+
+* a dropped group (zero variance, or no scored sample) is consumed like a yielded one: its id is in
+  the batch and in `stats.dropped_ids`, so resuming the batch reads it back and drops it again;
+* which tasks a call starts does not depend on the order groups finish in: with `want`, no more
+  than `want - yielded` groups are in flight, so a call takes the shortest prefix of the task stream
+  holding `want` groups with signal (bounded by `max_replacements`), and resuming it starts the same ones.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
@@ -44,6 +57,7 @@ from gymflow.activities.schema import GroupInput, GroupResult, RolloutOptions, g
 from gymflow.envs.contract import Task
 from gymflow.workers.client import connect
 from gymflow.workers.sdk.client import with_messages
+from gymflow.workers.sdk.curriculum import DifficultyFilter, GroupStats, TaskPool
 from gymflow.workflows.group import GroupRolloutWorkflow
 
 
@@ -78,7 +92,7 @@ async def _group(
     return group.model_copy(update={"group_id": workflow_id})
 
 
-async def rollout_groups(
+def rollout_groups(
     client: Client,
     tasks: Iterable[Task],
     *,
@@ -92,7 +106,11 @@ async def rollout_groups(
     task_queue: str = names.TASK_QUEUE,
     scale_by_std: bool = True,
     search_attributes: Sequence[SearchAttributePair[Any]] = (),
-) -> AsyncIterator[GroupResult]:
+    want: int | None = None,
+    filter: DifficultyFilter | None = None,
+    max_replacements: int | None = None,
+    pool: TaskPool | None = None,
+) -> GroupStream:
     """`n` samples of every task as GRPO groups, yielded as each finishes (see the module docstring).
 
     Args:
@@ -108,39 +126,132 @@ async def rollout_groups(
         task_queue: The workers' shared queue.
         scale_by_std: GRPO advantages (r - mean) / std; False: r - mean.
         search_attributes: Set on every group besides gymflow's own (e.g. GymflowRun for a training run).
+        want: Stop after yielding this many groups, taking no more tasks than that needs (never
+            more than `want - yielded` groups in flight); None: a group for every task.
+        filter: Drop the groups it names uninformative (zero variance by default) instead of
+            yielding them; with `want`, the next task is started in a dropped group's place.
+        max_replacements: With `want`: at most `want + max_replacements` tasks are taken to start
+            a group or passed over as retired; then the call yields what it has and `stats.ended`
+            says `max_replacements`. None: 3 x `want`.
+        pool: Passes over the tasks it retired, and observes every group the call receives.
+
+    Returns:
+        The groups as an async iterator whose `stats` (`GroupStats`) count what the call did.
+
+    Raises:
+        ValueError: A bound is out of range (`max_in_flight` or `want` under 1, a negative
+            `max_replacements`, `max_replacements` without `want`), or `filter` drops every
+            group of one sample.
     """
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+    if want is not None and want < 1:
+        raise ValueError(f"want must be at least 1 (or None: every task), got {want}")
+    if max_replacements is not None and (want is None or max_replacements < 0):
+        raise ValueError(f"max_replacements bounds the tasks taken beyond `want`: give want and a count >= 0, "
+                         f"got want={want}, max_replacements={max_replacements}")  # fmt: skip
+    if n < 2 and filter is not None and filter.drops("equal"):
+        raise ValueError(f"filter drop={filter.drop!r} drops every group of n={n} sample: use n >= 2")
     opts = options or RolloutOptions()
-    config = model or opts.model
     batch = batch_id or f"groups-{uuid.uuid4().hex[:8]}"
-    pending = iter(enumerate(tasks))
-    running: dict[asyncio.Task[GroupResult], int] = {}
+    stats = GroupStats(wanted=want)
 
-    def fill() -> None:
-        while len(running) < max_in_flight:
+    def start(task: Task, workflow_id: str) -> asyncio.Task[GroupResult]:
+        rollout = opts.rollout(env, task, batch_id=batch, model=model or opts.model)
+        input = GroupInput(rollout=rollout, n=n, scale_by_std=scale_by_std)
+        return asyncio.ensure_future(_group(client, workflow_id, input, task_queue, search_attributes))
+
+    limit = None if want is None else want + (3 * want if max_replacements is None else max_replacements)
+    plan = _Plan(batch, start, max_in_flight=max_in_flight, skip=skip, want=want, limit=limit)
+    return GroupStream(plan.run(enumerate(tasks), stats, filter, pool), stats)
+
+
+class _Plan:
+    """One call's streaming: which task starts next, and when the call is done."""
+
+    def __init__(
+        self,
+        batch: str,
+        start: Callable[[Task, str], asyncio.Task[GroupResult]],
+        *,
+        max_in_flight: int,
+        skip: Collection[str],
+        want: int | None,
+        limit: int | None,
+    ) -> None:
+        self.batch, self.start, self.max_in_flight, self.skip = batch, start, max_in_flight, skip
+        self.want, self.limit = want, limit
+        self.out_of_tasks = self.limit_reached = False
+
+    def fill(self, pending: Iterator[tuple[int, Task]], running: dict[asyncio.Task[GroupResult], int],
+             stats: GroupStats, pool: TaskPool | None) -> None:  # fmt: skip
+        """Start groups until `max_in_flight` (or, with `want`, as many as are still wanted) run."""
+        needed = self.max_in_flight if self.want is None else min(self.max_in_flight, self.want - stats.yielded)
+        while len(running) < needed:
+            if self.limit is not None and stats.started + stats.passed_over_retired >= self.limit:
+                self.limit_reached = True
+                return
             item = next(pending, None)
             if item is None:
+                self.out_of_tasks = True
                 return
             index, task = item
-            workflow_id = group_id(batch, index, task)
-            if workflow_id in skip:
-                continue
-            rollout = opts.rollout(env, task, batch_id=batch, model=config)
-            input = GroupInput(rollout=rollout, n=n, scale_by_std=scale_by_std)
-            running[asyncio.ensure_future(_group(client, workflow_id, input, task_queue, search_attributes))] = index
+            stats.tasks_taken += 1
+            workflow_id = group_id(self.batch, index, task)
+            if workflow_id in self.skip:
+                stats.skipped += 1
+            elif pool is not None and pool.is_retired(task.id):
+                stats.passed_over_retired += 1
+            else:
+                running[self.start(task, workflow_id)] = index
+                stats.started += 1
 
-    try:
-        fill()
-        while running:
-            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            for finished in sorted(done, key=running.__getitem__):
-                del running[finished]
-                yield finished.result()  # raises if the group failed outright (e.g. invalid input)
-                fill()  # only once the trainer took one: the in-flight bound holds while it trains
-    finally:
-        for waiting in running:  # stop waiting; the workflows run on, and the batch id resumes them
-            waiting.cancel()
+    async def run(
+        self, pending: Iterator[tuple[int, Task]], stats: GroupStats, filter: DifficultyFilter | None,
+        pool: TaskPool | None,
+    ) -> AsyncGenerator[GroupResult, None]:  # fmt: skip
+        running: dict[asyncio.Task[GroupResult], int] = {}
+        try:
+            self.fill(pending, running, stats, pool)
+            while running:
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for finished in sorted(done, key=running.__getitem__):
+                    del running[finished]
+                    group = finished.result()  # raises if the group failed outright (e.g. invalid input)
+                    stats.infra_failed_samples += group.infra_failed
+                    outcome = (filter or DifficultyFilter()).outcome(group.rewards)
+                    if pool is not None and pool.observe(group, filter) is not None:
+                        stats.retired.append(group.task_id)
+                    if filter is not None and filter.drops(outcome):
+                        stats.count(outcome)
+                        stats.dropped_ids.append(group.group_id)
+                    else:
+                        stats.yielded += 1
+                        yield group
+                    self.fill(pending, running, stats, pool)  # only once the trainer took one: the bound holds
+            done_wanting = self.want is not None and stats.yielded >= self.want
+            stats.ended = "want" if done_wanting else "max_replacements" if self.limit_reached else "tasks"
+        finally:
+            for waiting in running:  # stop waiting; the workflows run on, and the batch id resumes them
+                waiting.cancel()
+
+
+class GroupStream(AsyncIterator[GroupResult]):
+    """What `rollout_groups` returns: the groups, as they finish, and `stats`, what the call did so far."""
+
+    def __init__(self, groups: AsyncGenerator[GroupResult, None], stats: GroupStats) -> None:
+        self._groups = groups
+        self.stats = stats
+
+    def __aiter__(self) -> GroupStream:
+        return self
+
+    async def __anext__(self) -> GroupResult:
+        return await anext(self._groups)
+
+    async def aclose(self) -> None:
+        """Stop: groups still running are no longer waited for (they run on; the batch id resumes them)."""
+        await self._groups.aclose()
 
 
 class GymflowClient:
@@ -168,7 +279,7 @@ class GymflowClient:
 
     def rollout_groups(
         self, tasks: Iterable[Task], *, n: int = 8, env: str | None = None, **options: Any
-    ) -> AsyncIterator[GroupResult]:
+    ) -> GroupStream:
         """`rollout_groups` with this client's env and queue (keyword options as there)."""
         name = env or self.env
         if not name:
