@@ -145,6 +145,21 @@ class GroupStats(Wire):
         elif outcome == "infra_failed":
             self.dropped_infra_failed += 1
 
+    def summary(self) -> str:
+        """One line for a trainer's log: `6 yielded, 2 all solved, 1 all failed, ...`."""
+        parts = [f"{self.yielded} yielded"]
+        for count, what in [
+            (self.dropped_solved, "all solved"), (self.dropped_failed, "all failed"),
+            (self.dropped_equal, "all equal"), (self.dropped_infra_failed, "infra-failed"),
+            (self.passed_over_retired, "retired passed over"), (len(self.retired), "newly retired"),
+            (self.short, "short"),
+        ]:  # fmt: skip
+            if count:
+                parts.append(f"{count} {what}")
+        if self.ended == "max_replacements":
+            parts.append("replacement limit reached")
+        return ", ".join(parts)
+
     def scalars(self, prefix: str = "groups/") -> dict[str, float]:
         """The counts as step scalars (`groups/yielded`, `groups/dropped_solved`, ...)."""
         values = {

@@ -12,6 +12,10 @@ through gymflow.workers.sdk.trainer and does what a GPU trainer does, at toy sca
    by the current snapshot, recovers every trajectory's choices from its messages
    (`gymflow.envs.builtin.math.learned.decisions`), and takes a policy-gradient step: mean over trajectories of
    advantage x grad log-prob. Infra-failed samples (advantage None) are dropped;
+   with `algorithm.extra.filter_zero_variance: true`, groups whose samples all got the same reward
+   (no gradient) are dropped and replaced by groups of the next tasks, so each step trains on
+   `tasks_per_step` groups with signal, and the drops are reported as `groups/...` step scalars
+   (`ReferenceSettings` lists the settings, including retiring tasks that are always solved);
 3. every `checkpoint_every` steps (and after the last) writes the parameters as JSON to
    storage and reports the checkpoint with its endpoint, which gymflow evaluates against the
    baseline; it keeps serving until `finish` says every checkpoint is evaluated.
@@ -27,23 +31,45 @@ import math
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import GroupResult
 from gymflow.activities.training_schema import CheckpointReport
 from gymflow.envs.builtin.math.learned import TOOLS, Decision, SoftmaxParams, SoftmaxPolicy, decisions
+from gymflow.envs.contract import Task, Wire
 from gymflow.envs.wire import chat
+from gymflow.workers.sdk.curriculum import DifficultyFilter, TaskPool
 from gymflow.workers.sdk.trainer import TrainerSession
 from gymflow.workers.servers.policy import AppServer, estimate_tokens
 
 Resolve = Callable[[str], Awaitable[SoftmaxParams | None]]
+
+
+class ReferenceSettings(Wire):
+    """The reference trainer's own settings (`algorithm.extra`; an unknown key is an error naming it)."""
+
+    filter_zero_variance: bool = False
+    """Drop groups whose rewards are all equal and replace them from the next tasks (`DifficultyFilter`)."""
+    max_replacements: int | None = Field(default=None, ge=0)
+    """With the filter: tasks taken per step beyond `tasks_per_step`, at most (None: 3 x tasks_per_step)."""
+    retire_solved_after: int | None = Field(default=None, ge=1)
+    """Retire a task once this many of its groups in a row were all solved (`TaskPool`; None: never)."""
+    retire_failed_after: int | None = Field(default=None, ge=1)
+    """Retire a task once this many of its groups in a row were all failed (None: never)."""
+
+    def pool(self) -> TaskPool | None:
+        if self.retire_solved_after is None and self.retire_failed_after is None:
+            return None
+        return TaskPool(retire_solved_after=self.retire_solved_after, retire_failed_after=self.retire_failed_after)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -111,10 +137,34 @@ def _scalars(params: SoftmaxParams, rewards: list[float], failed: int) -> dict[s
     }
 
 
+def shuffled(tasks: Sequence[Task], rng: np.random.Generator) -> Iterator[Task]:
+    """The tasks in shuffled passes, for ever: each step takes what it needs from here."""
+    while True:
+        yield from (tasks[i] for i in rng.permutation(len(tasks)))
+
+
+async def _gradient(
+    params: SoftmaxParams, groups: AsyncIterator[GroupResult]
+) -> tuple[SoftmaxParams, int, list[float], int]:
+    """Sum of advantage x grad log-prob over the groups' samples; the samples used, rewards, infra failures."""
+    grad, used, rewards, failed = SoftmaxParams.zeros(), 0, [], 0
+    async for group in groups:
+        for trajectory, advantage in zip(group.trajectories, group.advantages, strict=True):
+            if advantage is None:  # infra-failed: dropped, never trained on as reward 0
+                failed += 1
+                continue
+            grad.step(params.grad(decisions(trajectory.messages)), advantage)
+            used += 1
+        rewards += [r for r in group.rewards if r is not None]
+    return grad, used, rewards, failed
+
+
 async def train(session: TrainerSession, *, out: Any = sys.stdout) -> int:
     """Run the whole training loop of the session's config; returns the exit code."""
     spec = session.spec
     algo = spec.config.algorithm
+    settings = ReferenceSettings.model_validate(algo.extra)
+    difficulty, pool = (DifficultyFilter() if settings.filter_zero_variance else None), settings.pool()
     tasks = await session.train_tasks()
     rng = np.random.default_rng(algo.seed)
     params = SoftmaxParams.zeros()
@@ -147,27 +197,23 @@ async def train(session: TrainerSession, *, out: Any = sys.stdout) -> int:
         # Step 0 is the starting policy: the run's baseline (`softmax`) is the same policy, so it is
         # reported without a checkpoint to evaluate.
         await session.report(0, _scalars(params, [], 0))
-        order = list(rng.permutation(len(tasks)))
+        stream = shuffled(tasks, rng)
         for step in range(1, algo.steps + 1):
-            if len(order) < algo.tasks_per_step:
-                order += list(rng.permutation(len(tasks)))
-            batch = [tasks[i] for i in order[: algo.tasks_per_step]]
-            del order[: algo.tasks_per_step]
-            grad, used, rewards, failed = SoftmaxParams.zeros(), 0, [], 0
-            async for group in session.groups(batch, model=endpoint(_checkpoint_name(step - 1))):
-                for trajectory, advantage in zip(group.trajectories, group.advantages, strict=True):
-                    if advantage is None:  # infra-failed: dropped, never trained on as reward 0
-                        failed += 1
-                        continue
-                    grad.step(params.grad(decisions(trajectory.messages)), advantage)
-                    used += 1
-                rewards += [r for r in group.rewards if r is not None]
+            groups = session.groups(
+                stream, model=endpoint(_checkpoint_name(step - 1)), want=algo.tasks_per_step, filter=difficulty,
+                max_replacements=settings.max_replacements, pool=pool,
+            )  # fmt: skip
+            grad, used, rewards, failed = await _gradient(params, groups)
             params.step(grad, algo.lr / max(used, 1))
             snapshots[_checkpoint_name(step)] = params.copy()
             scalars = _scalars(params, rewards, failed)
+            if difficulty is not None or pool is not None:
+                scalars |= groups.stats.scalars()
             due = step % algo.checkpoint_every == 0 or step == algo.steps
             await session.report(step, scalars, checkpoint=await checkpoint(step) if due else None)
             say(f"step {step}: reward {scalars['reward']:.3f}, P(right tool) {scalars['p_right_tool']:.2f}")
+            if groups.stats.dropped or groups.stats.short or groups.stats.retired:
+                say(f"  groups: {groups.stats.summary()}")
         say("training done; waiting for the checkpoint evaluations")
         for summary in await session.finish():
             say(f"eval {summary.checkpoint}: mean {summary.mean}, baseline {summary.baseline_mean}, "
