@@ -51,6 +51,9 @@ _EXPORTS: dict[str, str] = {
     "run_rollouts": "gymflow.workers.sdk.client",
     "iterate_groups": "gymflow.workers.sdk.groups",
     "rollout_groups": "gymflow.workers.sdk.groups",
+    "DifficultyFilter": "gymflow.workers.sdk.curriculum",
+    "GroupStats": "gymflow.workers.sdk.curriculum",
+    "TaskPool": "gymflow.workers.sdk.curriculum",
     "Session": "gymflow.workers.sdk.sessions",
     "run": "gymflow.workers.sdk.scripts",
     # evaluations, datasets, training runs
@@ -68,9 +71,11 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "BaseEnv",
+    "DifficultyFilter",
     "EvalOptions",
     "GenerateOptions",
     "GroupResult",
+    "GroupStats",
     "Harness",
     "HarnessEnv",
     "InfraError",
@@ -87,6 +92,7 @@ __all__ = [
     "Session",
     "Settings",
     "Task",
+    "TaskPool",
     "TerminationReason",
     "ToolCall",
     "ToolError",
@@ -154,6 +160,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from gymflow.workers.client import connect
     from gymflow.workers.config import Settings
     from gymflow.workers.sdk.client import run_rollout, run_rollouts, start_rollout
+    from gymflow.workers.sdk.curriculum import DifficultyFilter, GroupStats, TaskPool
     from gymflow.workers.sdk.datasets import GenerateOptions, run_generate
     from gymflow.workers.sdk.evals import EvalOptions, run_eval
     from gymflow.workers.sdk.groups import iterate_groups, rollout_groups
