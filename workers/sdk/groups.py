@@ -162,75 +162,82 @@ def rollout_groups(
         return asyncio.ensure_future(_group(client, workflow_id, input, task_queue, search_attributes))
 
     limit = None if want is None else want + (3 * want if max_replacements is None else max_replacements)
-    plan = _Plan(batch, start, max_in_flight=max_in_flight, skip=skip, want=want, limit=limit)
-    return GroupStream(plan.run(enumerate(tasks), stats, filter, pool), stats)
+    plan = _Plan(start, batch=batch, max_in_flight=max_in_flight, skip=skip, want=want, limit=limit,
+                 filter=filter, pool=pool, stats=stats)  # fmt: skip
+    return GroupStream(plan.run(enumerate(tasks)), stats)
 
 
 class _Plan:
-    """One call's streaming: which task starts next, and when the call is done."""
+    """One call's streaming: which task starts next, what is yielded, and why the call ended."""
 
     def __init__(
         self,
-        batch: str,
         start: Callable[[Task, str], asyncio.Task[GroupResult]],
         *,
+        batch: str,
         max_in_flight: int,
         skip: Collection[str],
         want: int | None,
         limit: int | None,
+        filter: DifficultyFilter | None,
+        pool: TaskPool | None,
+        stats: GroupStats,
     ) -> None:
-        self.batch, self.start, self.max_in_flight, self.skip = batch, start, max_in_flight, skip
-        self.want, self.limit = want, limit
-        self.out_of_tasks = self.limit_reached = False
+        self.start, self.batch, self.max_in_flight, self.skip = start, batch, max_in_flight, skip
+        self.want, self.limit, self.filter, self.pool, self.stats = want, limit, filter, pool, stats
+        self.limit_reached = False
+        self.running: dict[asyncio.Task[GroupResult], int] = {}
 
-    def fill(self, pending: Iterator[tuple[int, Task]], running: dict[asyncio.Task[GroupResult], int],
-             stats: GroupStats, pool: TaskPool | None) -> None:  # fmt: skip
+    def fill(self, pending: Iterator[tuple[int, Task]]) -> None:
         """Start groups until `max_in_flight` (or, with `want`, as many as are still wanted) run."""
+        stats = self.stats
         needed = self.max_in_flight if self.want is None else min(self.max_in_flight, self.want - stats.yielded)
-        while len(running) < needed:
+        while len(self.running) < needed:
             if self.limit is not None and stats.started + stats.passed_over_retired >= self.limit:
                 self.limit_reached = True
                 return
             item = next(pending, None)
             if item is None:
-                self.out_of_tasks = True
                 return
             index, task = item
             stats.tasks_taken += 1
             workflow_id = group_id(self.batch, index, task)
             if workflow_id in self.skip:
                 stats.skipped += 1
-            elif pool is not None and pool.is_retired(task.id):
+            elif self.pool is not None and self.pool.is_retired(task.id):
                 stats.passed_over_retired += 1
             else:
-                running[self.start(task, workflow_id)] = index
+                self.running[self.start(task, workflow_id)] = index
                 stats.started += 1
 
-    async def run(
-        self, pending: Iterator[tuple[int, Task]], stats: GroupStats, filter: DifficultyFilter | None,
-        pool: TaskPool | None,
-    ) -> AsyncGenerator[GroupResult, None]:  # fmt: skip
-        running: dict[asyncio.Task[GroupResult], int] = {}
+    def keep(self, group: GroupResult) -> bool:
+        """Count a finished group (and show it to the pool); False when the filter drops it."""
+        stats = self.stats
+        stats.infra_failed_samples += group.infra_failed
+        if self.pool is not None and self.pool.observe(group, self.filter) is not None:
+            stats.retired.append(group.task_id)
+        outcome = (self.filter or DifficultyFilter()).outcome(group.rewards)
+        if self.filter is not None and self.filter.drops(outcome):
+            stats.count(outcome)
+            stats.dropped_ids.append(group.group_id)
+            return False
+        stats.yielded += 1
+        return True
+
+    async def run(self, pending: Iterator[tuple[int, Task]]) -> AsyncGenerator[GroupResult, None]:
+        running = self.running
         try:
-            self.fill(pending, running, stats, pool)
+            self.fill(pending)
             while running:
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for finished in sorted(done, key=running.__getitem__):
                     del running[finished]
                     group = finished.result()  # raises if the group failed outright (e.g. invalid input)
-                    stats.infra_failed_samples += group.infra_failed
-                    outcome = (filter or DifficultyFilter()).outcome(group.rewards)
-                    if pool is not None and pool.observe(group, filter) is not None:
-                        stats.retired.append(group.task_id)
-                    if filter is not None and filter.drops(outcome):
-                        stats.count(outcome)
-                        stats.dropped_ids.append(group.group_id)
-                    else:
-                        stats.yielded += 1
+                    if self.keep(group):
                         yield group
-                    self.fill(pending, running, stats, pool)  # only once the trainer took one: the bound holds
-            done_wanting = self.want is not None and stats.yielded >= self.want
-            stats.ended = "want" if done_wanting else "max_replacements" if self.limit_reached else "tasks"
+                    self.fill(pending)  # only once the trainer took one: the in-flight bound holds while it trains
+            wanted = self.want is not None and self.stats.yielded >= self.want
+            self.stats.ended = "want" if wanted else "max_replacements" if self.limit_reached else "tasks"
         finally:
             for waiting in running:  # stop waiting; the workflows run on, and the batch id resumes them
                 waiting.cancel()
