@@ -52,6 +52,8 @@ API_SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "gymflow.workers.client",
             "gymflow.workers.sdk.client",
             "gymflow.workers.sdk.groups",
+            "gymflow.workers.sdk.curriculum",
+            "gymflow.workers.sdk.policy",
         ),
     ),
     (

@@ -51,6 +51,10 @@ _EXPORTS: dict[str, str] = {
     "run_rollouts": "gymflow.workers.sdk.client",
     "iterate_groups": "gymflow.workers.sdk.groups",
     "rollout_groups": "gymflow.workers.sdk.groups",
+    "DifficultyFilter": "gymflow.workers.sdk.curriculum",
+    "GroupStats": "gymflow.workers.sdk.curriculum",
+    "TaskPool": "gymflow.workers.sdk.curriculum",
+    "PolicyChannel": "gymflow.workers.sdk.policy",
     "Session": "gymflow.workers.sdk.sessions",
     "run": "gymflow.workers.sdk.scripts",
     # evaluations, datasets, training runs
@@ -68,9 +72,11 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "BaseEnv",
+    "DifficultyFilter",
     "EvalOptions",
     "GenerateOptions",
     "GroupResult",
+    "GroupStats",
     "Harness",
     "HarnessEnv",
     "InfraError",
@@ -78,6 +84,7 @@ __all__ = [
     "Message",
     "ModelConfig",
     "Policy",
+    "PolicyChannel",
     "Reward",
     "RolloutInput",
     "RolloutLimits",
@@ -87,6 +94,7 @@ __all__ = [
     "Session",
     "Settings",
     "Task",
+    "TaskPool",
     "TerminationReason",
     "ToolCall",
     "ToolError",
@@ -154,6 +162,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from gymflow.workers.client import connect
     from gymflow.workers.config import Settings
     from gymflow.workers.sdk.client import run_rollout, run_rollouts, start_rollout
+    from gymflow.workers.sdk.curriculum import DifficultyFilter, GroupStats, TaskPool
+    from gymflow.workers.sdk.policy import PolicyChannel
     from gymflow.workers.sdk.datasets import GenerateOptions, run_generate
     from gymflow.workers.sdk.evals import EvalOptions, run_eval
     from gymflow.workers.sdk.groups import iterate_groups, rollout_groups

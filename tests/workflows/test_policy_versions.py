@@ -29,7 +29,7 @@ from gymflow.activities.model import ModelConfig
 from gymflow.activities.schema import GroupResult, RolloutLimits, RolloutOptions
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.builtin.math.policy import CalculatorPolicy
-from gymflow.workers.sdk.groups import StreamStats, group_id, group_lag, rollout_groups
+from gymflow.workers.sdk.groups import group_id, group_lag, rollout_groups
 from gymflow.workers.sdk.policy import PolicyChannel
 from gymflow.workers.servers.policy import AppServer, build_app
 from gymflow.workers.worker import RunningWorker
@@ -132,16 +132,17 @@ async def test_a_group_played_on_old_weights_is_never_yielded_as_fresh(
 ) -> None:
     model = GatedModel()
     tasks = generate_tasks(2, seed=6, difficulty=2)
-    stats = StreamStats()
     async with AppServer(model) as server:
         policy = PolicyChannel(client, ModelConfig(base_url=server.url, model="v0"))
         groups: list[GroupResult] = []
+        played = rollout_groups(
+            client, tasks, env=InProcessMathEnv.name, n=2, policy=policy, max_staleness=0,
+            stale=stale, task_queue=worker.task_queue,  # type: ignore[arg-type]
+        )  # fmt: skip
+        stats = played.stats
 
         async def stream() -> None:
-            async for group in rollout_groups(
-                client, tasks, env=InProcessMathEnv.name, n=2, policy=policy, max_staleness=0,
-                stale=stale, stats=stats, task_queue=worker.task_queue,  # type: ignore[arg-type]
-            ):  # fmt: skip
+            async for group in played:
                 groups.append(group)
 
         streaming = asyncio.create_task(stream())
@@ -162,11 +163,9 @@ async def test_a_group_played_on_old_weights_is_never_yielded_as_fresh(
 
 async def test_staleness_needs_a_policy(client: Client) -> None:
     with pytest.raises(ValueError, match="max_staleness needs a policy"):
-        async for _ in rollout_groups(client, [], env="math", max_staleness=1):
-            pass
+        rollout_groups(client, [], env="math", max_staleness=1)
     policy = PolicyChannel(client, ModelConfig(model="v3", version=3))
     with pytest.raises(ValueError, match="not newer than the live version 3"):
         await policy.announce(2)
     with pytest.raises(ValueError, match="stale must be"):
-        async for _ in rollout_groups(client, [], env="math", policy=policy, stale="later"):  # type: ignore[arg-type]
-            pass
+        rollout_groups(client, [], env="math", policy=policy, stale="later")  # type: ignore[arg-type]

@@ -20,14 +20,32 @@ Each group is a `GroupRolloutWorkflow` whose id is derived from the batch id and
   their trajectory (`infra_failed=True`) and get advantage None; with `ModelConfig.tokens` on, every
   trajectory carries its token data (read back from the rollouts when a group was too large to
   return it inline).
+
+A step that wants K groups with signal (`gymflow.workers.sdk.curriculum`):
+
+    stream = client.rollout_groups(task_stream, n=8, batch_id="step-12", want=8, filter=DifficultyFilter(),
+                                   pool=pool)
+    groups = [group async for group in stream]   # 8 groups whose rewards differ (or fewer: stream.stats.ended)
+    log(stream.stats.scalars())                  # groups/dropped_solved, groups/dropped_failed, ...
+
+* a dropped group (zero variance, or no scored sample) is consumed like a yielded one: its id is in
+  the batch and in `stats.dropped_ids`, so resuming the batch reads it back and drops it again;
+* which tasks a call starts does not depend on the order groups finish in: with `want`, no more
+  than `want - yielded` groups are in flight, so a call takes the shortest prefix of the task stream
+  holding `want` groups with signal (bounded by `max_replacements`), and resuming it starts the same ones.
+
+Asynchronous RL (`policy`, gymflow.workers.sdk.policy): every group starts on the trainer's current
+policy version and is told of each later one; with `max_staleness`, a group whose oldest turn was
+played more than that many versions behind the live policy is never yielded as fresh: its task is
+played again (`stale="rerun"`, at most `MAX_RERUNS` times), yielded for off-policy use (`keep`) or
+dropped (`drop`), each counted in `stats`, with the lag of every group yielded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Collection, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 from temporalio.client import Client, WorkflowHandle
@@ -45,6 +63,7 @@ from gymflow.activities.schema import GroupInput, GroupResult, RolloutOptions, g
 from gymflow.envs.contract import Task
 from gymflow.workers.client import connect
 from gymflow.workers.sdk.client import with_messages
+from gymflow.workers.sdk.curriculum import DifficultyFilter, GroupStats, TaskPool
 from gymflow.workers.sdk.policy import PolicyChannel
 from gymflow.workflows.group import GroupRolloutWorkflow
 
@@ -53,34 +72,11 @@ MAX_RERUNS = 3
 """A stale group's task is played again at most this many times, then its group is dropped."""
 
 
-@dataclass
-class StreamStats:
-    """What a group stream did with staleness (`rollout_groups(..., stats=...)`)."""
-
-    stale_rerun: int = 0
-    """Groups too stale to yield, whose task was played again."""
-    stale_kept: int = 0
-    """Groups yielded although stale (`stale="keep"`)."""
-    stale_dropped: int = 0
-    """Groups dropped as stale (`stale="drop"`, or after `MAX_RERUNS`)."""
-    lags: dict[int, int] = field(default_factory=dict)
-    """Groups yielded, by lag: versions between the oldest turn and the live policy when yielded."""
-
-
 def group_lag(group: GroupResult, version: int) -> int:
     """How many versions behind `version` the oldest turn of `group` was played (0 if unversioned)."""
     spans = [t.version_span() for t in group.trajectories]
     oldest = min((span[0] for span in spans if span is not None), default=version)
     return max(0, version - oldest)
-
-
-def _check(max_in_flight: int, policy: PolicyChannel | None, max_staleness: int | None, stale: str) -> None:
-    if max_in_flight < 1:
-        raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
-    if max_staleness is not None and (policy is None or max_staleness < 0):
-        raise ValueError("max_staleness needs a policy (PolicyChannel) and a bound >= 0")
-    if stale not in ("rerun", "keep", "drop"):
-        raise ValueError(f"stale must be 'rerun', 'keep' or 'drop', got {stale!r}")
 
 
 def group_id(batch_id: str, index: int, task: Task) -> str:
@@ -130,7 +126,7 @@ async def _group(
     return group.model_copy(update={"group_id": workflow_id})
 
 
-async def rollout_groups(
+def rollout_groups(
     client: Client,
     tasks: Iterable[Task],
     *,
@@ -144,11 +140,14 @@ async def rollout_groups(
     task_queue: str = names.TASK_QUEUE,
     scale_by_std: bool = True,
     search_attributes: Sequence[SearchAttributePair[Any]] = (),
+    want: int | None = None,
+    filter: DifficultyFilter | None = None,
+    max_replacements: int | None = None,
+    pool: TaskPool | None = None,
     policy: PolicyChannel | None = None,
     max_staleness: int | None = None,
     stale: Stale = "rerun",
-    stats: StreamStats | None = None,
-) -> AsyncIterator[GroupResult]:
+) -> GroupStream:
     """`n` samples of every task as GRPO groups, yielded as each finishes (see the module docstring).
 
     Args:
@@ -164,66 +163,183 @@ async def rollout_groups(
         task_queue: The workers' shared queue.
         scale_by_std: GRPO advantages (r - mean) / std; False: r - mean.
         search_attributes: Set on every group besides gymflow's own (e.g. GymflowRun for a training run).
+        want: Stop after yielding this many groups, taking no more tasks than that needs (never
+            more than `want - yielded` groups in flight); None: a group for every task.
+        filter: Drop the groups it names uninformative (zero variance by default) instead of
+            yielding them; with `want`, the next task is started in a dropped group's place.
+        max_replacements: With `want`: at most `want + max_replacements` tasks are taken to start
+            a group or passed over as retired; then the call yields what it has and `stats.ended`
+            says `max_replacements`. None: 3 x `want`.
+        pool: Passes over the tasks it retired, and observes every group the call receives.
         policy: The trainer's versioned policy (gymflow.workers.sdk.policy): each group starts on its
-            current model (overriding `model`), and is told of every later announcement.
+            current model (instead of `model`), and is told of every later announcement.
         max_staleness: With `policy`: a group whose oldest turn was played more than this many versions
             behind the live one is never yielded as fresh; `stale` says what happens to it instead.
-        stale: ``rerun`` (the task is played again as a new group, at most `MAX_RERUNS` times, then
+        stale: ``rerun`` (its task is played again as a new group, at most `MAX_RERUNS` times, then
             dropped), ``keep`` (yielded anyway, for off-policy use) or ``drop``.
-        stats: Counts of what happened (stale groups rerun, kept, dropped; the lag of every group yielded).
-    """
-    _check(max_in_flight, policy, max_staleness, stale)
-    counts = stats if stats is not None else StreamStats()
-    opts = options or RolloutOptions()
-    config = model or opts.model
-    batch = batch_id or f"groups-{uuid.uuid4().hex[:8]}"
-    pending = iter(enumerate(tasks))
-    running: dict[asyncio.Task[GroupResult], tuple[int, Task, int]] = {}
-    """A group in flight -> (its task's index, the task, reruns of it so far)."""
 
-    def start(index: int, task: Task, rerun: int) -> None:
-        workflow_id = group_id(batch, index, task) + (f"~{rerun}" if rerun else "")
+    Returns:
+        The groups as an async iterator whose `stats` (`GroupStats`) count what the call did.
+
+    Raises:
+        ValueError: A bound is out of range (`max_in_flight` or `want` under 1, a negative
+            `max_replacements`, `max_replacements` without `want`), or `filter` drops every
+            group of one sample.
+    """
+    if max_in_flight < 1:
+        raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+    if want is not None and want < 1:
+        raise ValueError(f"want must be at least 1 (or None: every task), got {want}")
+    if max_replacements is not None and (want is None or max_replacements < 0):
+        raise ValueError(f"max_replacements bounds the tasks taken beyond `want`: give want and a count >= 0, "
+                         f"got want={want}, max_replacements={max_replacements}")  # fmt: skip
+    if n < 2 and filter is not None and filter.drops("equal"):
+        raise ValueError(f"filter drop={filter.drop!r} drops every group of n={n} sample: use n >= 2")
+    if max_staleness is not None and (policy is None or max_staleness < 0):
+        raise ValueError("max_staleness needs a policy (PolicyChannel) and a bound >= 0")
+    if stale not in ("rerun", "keep", "drop"):
+        raise ValueError(f"stale must be 'rerun', 'keep' or 'drop', got {stale!r}")
+    opts = options or RolloutOptions()
+    batch = batch_id or f"groups-{uuid.uuid4().hex[:8]}"
+    stats = GroupStats(wanted=want)
+
+    def start(task: Task, workflow_id: str) -> asyncio.Task[GroupResult]:
         since = policy.stamp() if policy is not None else 0
-        rollout = opts.rollout(env, task, batch_id=batch, model=policy.model if policy is not None else config)
+        rollout = opts.rollout(env, task, batch_id=batch, model=policy.model if policy else model or opts.model)
         if policy is not None:
             rollout = rollout.model_copy(update={"policy": policy.latest()})
         input = GroupInput(rollout=rollout, n=n, scale_by_std=scale_by_std)
-        started = _group(client, workflow_id, input, task_queue, search_attributes, policy=policy, since=since)
-        running[asyncio.ensure_future(started)] = (index, task, rerun)
+        group = _group(client, workflow_id, input, task_queue, search_attributes, policy=policy, since=since)
+        return asyncio.ensure_future(group)
 
-    def fill() -> None:
-        while len(running) < max_in_flight:
+    def lag(group: GroupResult) -> int | None:
+        """How stale `group` is, where staleness counts (a `policy`); None otherwise."""
+        return group_lag(group, policy.version) if policy is not None else None
+
+    limit = None if want is None else want + (3 * want if max_replacements is None else max_replacements)
+    plan = _Plan(start, batch=batch, max_in_flight=max_in_flight, skip=skip, want=want, limit=limit,
+                 filter=filter, pool=pool, stats=stats, lag=lag, max_staleness=max_staleness,
+                 stale=stale)  # fmt: skip
+    return GroupStream(plan.run(enumerate(tasks)), stats)
+
+
+class _Plan:
+    """One call's streaming: which task starts next, what is yielded, and why the call ended."""
+
+    def __init__(
+        self,
+        start: Callable[[Task, str], asyncio.Task[GroupResult]],
+        *,
+        batch: str,
+        max_in_flight: int,
+        skip: Collection[str],
+        want: int | None,
+        limit: int | None,
+        filter: DifficultyFilter | None,
+        pool: TaskPool | None,
+        stats: GroupStats,
+        lag: Callable[[GroupResult], int | None],
+        max_staleness: int | None,
+        stale: Stale,
+    ) -> None:
+        self.start, self.batch, self.max_in_flight, self.skip = start, batch, max_in_flight, skip
+        self.want, self.limit, self.filter, self.pool, self.stats = want, limit, filter, pool, stats
+        self.lag, self.max_staleness, self.stale = lag, max_staleness, stale
+        self.limit_reached = False
+        self.running: dict[asyncio.Task[GroupResult], tuple[int, Task, int]] = {}
+        """A group in flight -> (its task's index, the task, how many times it was played again)."""
+
+    def fill(self, pending: Iterator[tuple[int, Task]]) -> None:
+        """Start groups until `max_in_flight` (or, with `want`, as many as are still wanted) run."""
+        stats = self.stats
+        needed = self.max_in_flight if self.want is None else min(self.max_in_flight, self.want - stats.yielded)
+        while len(self.running) < needed:
+            if self.limit is not None and stats.started + stats.passed_over_retired >= self.limit:
+                self.limit_reached = True
+                return
             item = next(pending, None)
             if item is None:
                 return
             index, task = item
-            if group_id(batch, index, task) not in skip:
-                start(index, task, 0)
+            stats.tasks_taken += 1
+            workflow_id = group_id(self.batch, index, task)
+            if workflow_id in self.skip:
+                stats.skipped += 1
+            elif self.pool is not None and self.pool.is_retired(task.id):
+                stats.passed_over_retired += 1
+            else:
+                self.running[self.start(task, workflow_id)] = (index, task, 0)
+                stats.started += 1
 
-    try:
-        fill()
-        while running:
-            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            for finished in sorted(done, key=lambda f: running[f][0]):
-                index, task, rerun = running.pop(finished)
-                group = finished.result()  # raises if the group failed outright (e.g. invalid input)
-                lag = group_lag(group, policy.version) if policy is not None else 0
-                if max_staleness is not None and lag > max_staleness:
-                    if stale == "rerun" and rerun < MAX_RERUNS:
-                        counts.stale_rerun += 1
-                        start(index, task, rerun + 1)  # in place of this one: the in-flight bound holds
-                        continue
-                    if stale != "keep":
-                        counts.stale_dropped += 1
-                        fill()
-                        continue
-                    counts.stale_kept += 1
-                counts.lags[lag] = counts.lags.get(lag, 0) + 1
-                yield group
-                fill()  # only once the trainer took one: the in-flight bound holds while it trains
-    finally:
-        for waiting in running:  # stop waiting; the workflows run on, and the batch id resumes them
-            waiting.cancel()
+    def fresh(self, group: GroupResult, index: int, task: Task, rerun: int) -> bool:
+        """Whether `group` may be yielded as played by the live policy; a stale one is played again
+        in its place (`rerun`), or dropped, or yielded anyway (`keep`), and counted."""
+        lag = self.lag(group)
+        stats = self.stats
+        if lag is None:
+            return True
+        if self.max_staleness is not None and lag > self.max_staleness:
+            if self.stale == "rerun" and rerun < MAX_RERUNS:
+                stats.stale_rerun += 1
+                workflow_id = f"{group_id(self.batch, index, task)}~{rerun + 1}"
+                self.running[self.start(task, workflow_id)] = (index, task, rerun + 1)
+                return False
+            if self.stale != "keep":
+                stats.stale_dropped += 1
+                return False
+            stats.stale_kept += 1
+        stats.lags[lag] = stats.lags.get(lag, 0) + 1
+        return True
+
+    def keep(self, group: GroupResult) -> bool:
+        """Count a finished group (and show it to the pool); False when the filter drops it."""
+        stats = self.stats
+        stats.infra_failed_samples += group.infra_failed
+        if self.pool is not None and self.pool.observe(group, self.filter) is not None:
+            stats.retired.append(group.task_id)
+        outcome = (self.filter or DifficultyFilter()).outcome(group.rewards)
+        if self.filter is not None and self.filter.drops(outcome):
+            stats.count(outcome)
+            stats.dropped_ids.append(group.group_id)
+            return False
+        stats.yielded += 1
+        return True
+
+    async def run(self, pending: Iterator[tuple[int, Task]]) -> AsyncGenerator[GroupResult, None]:
+        running = self.running
+        try:
+            self.fill(pending)
+            while running:
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for finished in sorted(done, key=lambda f: running[f][0]):
+                    index, task, rerun = running.pop(finished)
+                    group = finished.result()  # raises if the group failed outright (e.g. invalid input)
+                    if self.fresh(group, index, task, rerun) and self.keep(group):
+                        yield group
+                    self.fill(pending)  # only once the trainer took one: the in-flight bound holds while it trains
+            wanted = self.want is not None and self.stats.yielded >= self.want
+            self.stats.ended = "want" if wanted else "max_replacements" if self.limit_reached else "tasks"
+        finally:
+            for waiting in running:  # stop waiting; the workflows run on, and the batch id resumes them
+                waiting.cancel()
+
+
+class GroupStream(AsyncIterator[GroupResult]):
+    """What `rollout_groups` returns: the groups, as they finish, and `stats`, what the call did so far."""
+
+    def __init__(self, groups: AsyncGenerator[GroupResult, None], stats: GroupStats) -> None:
+        self._groups = groups
+        self.stats = stats
+
+    def __aiter__(self) -> GroupStream:
+        return self
+
+    async def __anext__(self) -> GroupResult:
+        return await anext(self._groups)
+
+    async def aclose(self) -> None:
+        """Stop: groups still running are no longer waited for (they run on; the batch id resumes them)."""
+        await self._groups.aclose()
 
 
 class GymflowClient:
@@ -251,7 +367,7 @@ class GymflowClient:
 
     def rollout_groups(
         self, tasks: Iterable[Task], *, n: int = 8, env: str | None = None, **options: Any
-    ) -> AsyncIterator[GroupResult]:
+    ) -> GroupStream:
         """`rollout_groups` with this client's env and queue (keyword options as there)."""
         name = env or self.env
         if not name:

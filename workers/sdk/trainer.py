@@ -27,7 +27,7 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
@@ -36,14 +36,15 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from gymflow.activities import names
 from gymflow.activities.model import ModelConfig
-from gymflow.activities.schema import GroupResult, PolicyMode
+from gymflow.activities.schema import PolicyMode
 from gymflow.activities.storage import base_of, open_store
 from gymflow.activities.training_schema import CheckpointReport, EvalSummary, FinishReport, StepReport, TrainerSpec
 from gymflow.envs.contract import Task
 from gymflow.envs.datagen.format import tasks_from_jsonl
 from gymflow.workers.client import connect, data_converter
 from gymflow.workers.config import Settings
-from gymflow.workers.sdk.groups import StreamStats, rollout_groups
+from gymflow.workers.sdk.curriculum import DifficultyFilter, TaskPool
+from gymflow.workers.sdk.groups import GroupStream, rollout_groups
 from gymflow.workers.sdk.policy import PolicyChannel
 from gymflow.workflows.training import TrainingRunWorkflow
 
@@ -111,19 +112,24 @@ class TrainerSession:
         concurrency: int = 8,
         batch_id: str | None = None,
         skip: Collection[str] = (),
+        want: int | None = None,
+        filter: DifficultyFilter | None = None,
+        max_replacements: int | None = None,
+        pool: TaskPool | None = None,
         policy: PolicyChannel | None = None,
         max_staleness: int | None = None,
         policy_mode: PolicyMode = "continue",
-        stats: StreamStats | None = None,
-    ) -> AsyncIterator[GroupResult]:
+    ) -> GroupStream:
         """GRPO groups of `tasks` (n samples each, default the config's group size), as they finish.
 
         `gymflow.workers.sdk.groups.rollout_groups` (back-pressure: at most `concurrency` groups started and not
         yet consumed; the same `batch_id` resumes a step after a trainer crash, running nothing
-        twice), with each group carrying the run (GymflowRun=<run>, ids under `<run>/`): the Web UI
-        lists it with the run, and cancelling the run cancels it. With `policy` (gymflow.workers.sdk.policy)
-        the groups play the trainer's versioned policy, `max_staleness` bounds how stale a yielded group
-        may be, and `policy_mode` says what running rollouts do when a new version is announced.
+        twice; `want`, `filter`, `max_replacements` and `pool` as there: `want` groups with signal
+        from a task stream, the call's counts in the returned stream's `stats`), with each group
+        carrying the run (GymflowRun=<run>, ids under `<run>/`): the Web UI lists it with the run,
+        and cancelling the run cancels it. With `policy` (gymflow.workers.sdk.policy) the groups play the
+        trainer's versioned policy, `max_staleness` bounds how stale a yielded group may be, and
+        `policy_mode` says what running rollouts do when a new version is announced.
         """
         config, run_id = self.spec.config, self.spec.run_id
         return rollout_groups(
@@ -138,9 +144,12 @@ class TrainerSession:
             task_queue=self.spec.task_queue,
             scale_by_std=config.algorithm.scale_by_std,
             search_attributes=[SearchAttributePair(names.SA_RUN, run_id)],
+            want=want,
+            filter=filter,
+            max_replacements=max_replacements,
+            pool=pool,
             policy=policy,
             max_staleness=max_staleness,
-            stats=stats,
         )
 
     async def report(

@@ -12,6 +12,11 @@ through gymflow.workers.sdk.trainer and does what a GPU trainer does, at toy sca
    by the current snapshot, recovers every trajectory's choices from its messages
    (`gymflow.envs.builtin.math.learned.decisions`), and takes a policy-gradient step: mean over trajectories of
    advantage x grad log-prob. Infra-failed samples (advantage None) are dropped;
+   with `algorithm.extra.filter_zero_variance: true`, groups whose samples all got the same reward
+   (no gradient) are dropped and replaced by groups of the next tasks, so each step trains on
+   `tasks_per_step` groups with signal, and the drops are reported as `groups/...` step scalars
+   (`ReferenceSettings` lists the settings, including retiring tasks that are always solved);
+   with `asynchronous: true` it generates while it trains instead (`train_async`);
 3. every `checkpoint_every` steps (and after the last) writes the parameters as JSON to
    storage and reports the checkpoint with its endpoint, which gymflow evaluates against the
    baseline; it keeps serving until `finish` says every checkpoint is evaluated.
@@ -22,34 +27,66 @@ It never sees an answer: ground truth stays in the tasks gymflow scores; only re
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import math
 import random
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from gymflow.activities.model import ModelConfig
-from gymflow.activities.schema import GroupResult
+from gymflow.activities.schema import GroupResult, PolicyMode
 from gymflow.activities.training_schema import CheckpointReport
 from gymflow.envs.builtin.math.learned import TOOLS, Decision, SoftmaxParams, SoftmaxPolicy, decisions
-from gymflow.envs.contract import Task
+from gymflow.envs.contract import Task, Wire
 from gymflow.envs.wire import chat
+from gymflow.workers.sdk.curriculum import DifficultyFilter, GroupStats, TaskPool
 from gymflow.workers.sdk.groups import group_lag
 from gymflow.workers.sdk.policy import PolicyChannel
 from gymflow.workers.sdk.trainer import TrainerSession
 from gymflow.workers.servers.policy import AppServer, estimate_tokens
 
 Resolve = Callable[[str], Awaitable[SoftmaxParams | None]]
+
+
+class ReferenceSettings(Wire):
+    """The reference trainer's own settings (`algorithm.extra`; an unknown key is an error naming it)."""
+
+    filter_zero_variance: bool = False
+    """Drop groups whose rewards are all equal and replace them from the next tasks (`DifficultyFilter`)."""
+    max_replacements: int | None = Field(default=None, ge=0)
+    """With the filter: tasks taken per step beyond `tasks_per_step`, at most (None: 3 x tasks_per_step)."""
+    retire_solved_after: int | None = Field(default=None, ge=1)
+    """Retire a task once this many of its groups in a row were all solved (`TaskPool`; None: never)."""
+    retire_failed_after: int | None = Field(default=None, ge=1)
+    """Retire a task once this many of its groups in a row were all failed (None: never)."""
+
+    asynchronous: bool = False
+    """Generate while training (`train_async`): groups of `in_flight_steps` steps in flight, each new policy
+    announced to the rollouts still running."""
+    max_staleness: int = Field(default=1, ge=0)
+    """Asynchronous: no step trains on a group whose oldest turn is more than this many versions old."""
+    in_flight_steps: int = Field(default=2, ge=1)
+    """Asynchronous: groups of this many steps are in flight at once."""
+    policy_mode: PolicyMode = "continue"
+    """Asynchronous: what running rollouts do when a new policy is announced (`PolicyMode`)."""
+    turn_latency_s: float = Field(default=0.0, ge=0)
+    """Serve the policy at this many seconds a completion (0.5x to 1.5x, uniformly): a model's generation
+    time, for benchmarks at a realistic latency (bench/async_rl.py)."""
+
+    def pool(self) -> TaskPool | None:
+        if self.retire_solved_after is None and self.retire_failed_after is None:
+            return None
+        return TaskPool(retire_solved_after=self.retire_solved_after, retire_failed_after=self.retire_failed_after)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -123,42 +160,38 @@ def _scalars(params: SoftmaxParams, rewards: list[float], failed: int) -> dict[s
     }
 
 
-class Learner:
-    """The policy being trained and its snapshots (by checkpoint name), one gradient step at a time."""
+def shuffled(tasks: Sequence[Task], rng: np.random.Generator) -> Iterator[Task]:
+    """The tasks in shuffled passes, for ever: each step takes what it needs from here."""
+    while True:
+        yield from (tasks[i] for i in rng.permutation(len(tasks)))
 
-    def __init__(self) -> None:
-        self.params = SoftmaxParams.zeros()
-        self.snapshots: dict[str, SoftmaxParams] = {_checkpoint_name(0): self.params.copy()}
 
-    def step(self, step: int, groups: list[GroupResult], lr: float) -> dict[str, float]:
-        """A policy-gradient step on `groups` (infra-failed samples dropped); the step's scalars."""
-        grad, used, rewards, failed = SoftmaxParams.zeros(), 0, [], 0
-        for group in groups:
-            for trajectory, advantage in zip(group.trajectories, group.advantages, strict=True):
-                if advantage is None:  # infra-failed: dropped, never trained on as reward 0
-                    failed += 1
-                    continue
-                grad.step(self.params.grad(decisions(trajectory.messages)), advantage)
-                used += 1
-            rewards += [r for r in group.rewards if r is not None]
-        self.params.step(grad, lr / max(used, 1))
-        self.snapshots[_checkpoint_name(step)] = self.params.copy()
-        return _scalars(self.params, rewards, failed)
+async def _gradient(
+    params: SoftmaxParams, groups: AsyncIterator[GroupResult]
+) -> tuple[SoftmaxParams, int, list[float], int]:
+    """Sum of advantage x grad log-prob over the groups' samples; the samples used, rewards, infra failures."""
+    grad, used, rewards, failed = SoftmaxParams.zeros(), 0, [], 0
+    async for group in groups:
+        for trajectory, advantage in zip(group.trajectories, group.advantages, strict=True):
+            if advantage is None:  # infra-failed: dropped, never trained on as reward 0
+                failed += 1
+                continue
+            grad.step(params.grad(decisions(trajectory.messages)), advantage)
+            used += 1
+        rewards += [r for r in group.rewards if r is not None]
+    return grad, used, rewards, failed
 
 
 async def train(session: TrainerSession, *, out: Any = sys.stdout) -> int:
-    """Run the whole training loop of the session's config; returns the exit code.
-
-    `algorithm.extra` settings: `async` (generate while training, see `train_async`), `max_staleness`,
-    `in_flight_steps` and `policy_mode` for it, and `turn_latency_s`, a model's generation time to serve
-    the policy with (default 0)."""
+    """Run the whole training loop of the session's config; returns the exit code."""
     spec = session.spec
     algo = spec.config.algorithm
-    extra = algo.extra
+    settings = ReferenceSettings.model_validate(algo.extra)
+    difficulty, pool = (DifficultyFilter() if settings.filter_zero_variance else None), settings.pool()
     tasks = await session.train_tasks()
     rng = np.random.default_rng(algo.seed)
-    learner = Learner()
-    snapshots = learner.snapshots
+    params = SoftmaxParams.zeros()
+    snapshots: dict[str, SoftmaxParams] = {}
 
     async def resolve(name: str) -> SoftmaxParams | None:
         if name not in snapshots:
@@ -172,42 +205,52 @@ async def train(session: TrainerSession, *, out: Any = sys.stdout) -> int:
     def say(text: str) -> None:
         print(text, file=out, flush=True)
 
-    app = checkpoint_app(resolve, lambda: sorted(snapshots), latency_s=float(extra.get("turn_latency_s", 0.0)))
+    app = checkpoint_app(resolve, lambda: sorted(snapshots), latency_s=settings.turn_latency_s)
     async with AppServer(app, host="127.0.0.1", port=0) as server:
 
         def endpoint(name: str) -> ModelConfig:
             return spec.config.model.model_copy(update={"base_url": server.url, "model": name})
 
+        async def checkpoint(step: int) -> CheckpointReport:
+            name = _checkpoint_name(step)
+            uri = await session.write_checkpoint(f"{name}.json", json.dumps(snapshots[name].to_json()).encode())
+            return CheckpointReport(name=name, step=step, uri=uri, endpoint=endpoint(name))
+
         started = time.monotonic()
 
-        async def report(step: int, scalars: dict[str, float]) -> None:
-            scalars["train_s"] = time.monotonic() - started  # wall time of training so far (bench.async_rl)
+        async def report(step: int, scalars: dict[str, float], stats: GroupStats | None) -> None:
+            """A step's scalars (and, every `checkpoint_every` steps, its checkpoint) to the run."""
+            if stats is not None and (difficulty is not None or pool is not None):
+                scalars |= stats.scalars()
+            scalars["train_s"] = time.monotonic() - started  # training wall time so far (bench/async_rl.py)
             due = step % algo.checkpoint_every == 0 or step == algo.steps
-            checkpoint = None
-            if due:
-                name = _checkpoint_name(step)
-                uri = await session.write_checkpoint(f"{name}.json", json.dumps(snapshots[name].to_json()).encode())
-                checkpoint = CheckpointReport(name=name, step=step, uri=uri, endpoint=endpoint(name))
-            await session.report(step, scalars, checkpoint=checkpoint)
+            await session.report(step, scalars, checkpoint=await checkpoint(step) if due else None)
             say(f"step {step}: reward {scalars['reward']:.3f}, P(right tool) {scalars['p_right_tool']:.2f}")
+            if stats is not None and (stats.dropped or stats.short or stats.retired):
+                say(f"  groups: {stats.summary()}")
 
+        snapshots[_checkpoint_name(0)] = params.copy()
         say(f"run {spec.run_id}: {len(tasks)} train tasks, policy at {server.url}")
         # Step 0 is the starting policy: the run's baseline (`softmax`) is the same policy, so it is
         # reported without a checkpoint to evaluate.
-        await session.report(0, _scalars(learner.params, [], 0))
+        await session.report(0, _scalars(params, [], 0))
+        stream = shuffled(tasks, rng)
 
-        def batches() -> Iterator[Task]:  # the train tasks, reshuffled every epoch, for ever
-            while True:
-                yield from (tasks[int(i)] for i in rng.permutation(len(tasks)))
+        async def learn(step: int, groups: AsyncIterator[GroupResult]) -> dict[str, float]:
+            grad, used, rewards, failed = await _gradient(params, groups)
+            params.step(grad, algo.lr / max(used, 1))
+            snapshots[_checkpoint_name(step)] = params.copy()
+            return _scalars(params, rewards, failed)
 
-        stream = batches()
-        if extra.get("async"):
-            await train_async(session, learner, stream, endpoint, report)
+        if settings.asynchronous:
+            await train_async(session, settings, tasks=stream, endpoint=endpoint, learn=learn, report=report)
         else:
             for step in range(1, algo.steps + 1):
-                batch = list(itertools.islice(stream, algo.tasks_per_step))
-                groups = [g async for g in session.groups(batch, model=endpoint(_checkpoint_name(step - 1)))]
-                await report(step, learner.step(step, groups, algo.lr))
+                groups = session.groups(
+                    stream, model=endpoint(_checkpoint_name(step - 1)), want=algo.tasks_per_step,
+                    filter=difficulty, max_replacements=settings.max_replacements, pool=pool,
+                )  # fmt: skip
+                await report(step, await learn(step, groups), groups.stats)
         say("training done; waiting for the checkpoint evaluations")
         for summary in await session.finish():
             say(f"eval {summary.checkpoint}: mean {summary.mean}, baseline {summary.baseline_mean}, "
@@ -217,25 +260,22 @@ async def train(session: TrainerSession, *, out: Any = sys.stdout) -> int:
 
 async def train_async(
     session: TrainerSession,
-    learner: Learner,
+    settings: ReferenceSettings,
+    *,
     tasks: Iterator[Task],
     endpoint: Callable[[str], ModelConfig],
-    report: Callable[[int, dict[str, float]], Awaitable[None]],
+    learn: Callable[[int, AsyncIterator[GroupResult]], Awaitable[dict[str, float]]],
+    report: Callable[[int, dict[str, float], GroupStats | None], Awaitable[None]],
 ) -> None:
     """Generate while training: groups of `in_flight_steps` steps are in flight at once, every step
     takes the first `tasks_per_step` groups that finish (none more than `max_staleness` versions behind
-    the policy), and each new policy is announced to the rollouts still running (`policy_mode`:
-    they move to it at their next turn, or finish their turn and wait for it)."""
+    the policy), and each new policy is announced to the rollouts still running (`policy_mode`: they
+    move to it at their next turn, or finish their turn and wait for it)."""
     algo = session.spec.config.algorithm
-    extra = algo.extra
-    mode = extra.get("policy_mode", "continue")
-    if mode not in ("continue", "drain"):
-        raise ValueError(f"algorithm.extra.policy_mode: 'continue' or 'drain', not {mode!r}")
     policy = PolicyChannel(session.client, endpoint(_checkpoint_name(0)).model_copy(update={"version": 0}))
-    in_flight = int(extra.get("in_flight_steps", 2)) * algo.tasks_per_step
     groups = session.groups(
-        tasks, model=policy.model, concurrency=in_flight, batch_id="async", policy=policy,
-        max_staleness=int(extra.get("max_staleness", 1)), policy_mode=mode,
+        tasks, concurrency=settings.in_flight_steps * algo.tasks_per_step, batch_id="async", policy=policy,
+        max_staleness=settings.max_staleness, policy_mode=settings.policy_mode,
     )  # fmt: skip
     batch: list[GroupResult] = []
     lags: list[int] = []
@@ -246,15 +286,22 @@ async def train_async(
         if len(batch) < algo.tasks_per_step:
             continue
         step += 1
-        scalars = learner.step(step, batch, algo.lr)
-        scalars |= {"lag_max": float(max(lags)), "lag_mean": float(np.mean(lags))}
+        scalars = await learn(step, _each(batch))
+        scalars |= {"lag_max": float(max(lags)), "lag_mean": float(np.mean(lags)),
+                    "stale_rerun": float(groups.stats.stale_rerun)}  # fmt: skip
         scalars |= {f"lag_{lag}": float(lags.count(lag)) for lag in sorted(set(lags))}
         batch, lags = [], []
         await policy.announce(step, model=endpoint(_checkpoint_name(step)))
-        await report(step, scalars)
+        await report(step, scalars, None)
         if step == algo.steps:
             break
+    await groups.aclose()
     await policy.cancel_running()  # the groups still in flight would train nothing now
+
+
+async def _each(groups: list[GroupResult]) -> AsyncIterator[GroupResult]:
+    for group in groups:
+        yield group
 
 
 async def main() -> int:
