@@ -163,10 +163,10 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from gymflow.workers.config import Settings
     from gymflow.workers.sdk.client import run_rollout, run_rollouts, start_rollout
     from gymflow.workers.sdk.curriculum import DifficultyFilter, GroupStats, TaskPool
-    from gymflow.workers.sdk.policy import PolicyChannel
     from gymflow.workers.sdk.datasets import GenerateOptions, run_generate
     from gymflow.workers.sdk.evals import EvalOptions, run_eval
     from gymflow.workers.sdk.groups import iterate_groups, rollout_groups
+    from gymflow.workers.sdk.policy import PolicyChannel
     from gymflow.workers.sdk.scripts import run
     from gymflow.workers.sdk.sessions import Session
     from gymflow.workers.sdk.training import load_run_config
