@@ -132,7 +132,7 @@ def main() -> int:
     )  # fmt: skip
     data: dict[str, Any] = {"latency_s": args.latency, "steps": args.steps}
     try:
-        for name, extra in (("sync", {}), ("async", {"async": True, "max_staleness": args.max_staleness,
+        for name, extra in (("sync", {}), ("async", {"asynchronous": True, "max_staleness": args.max_staleness,
                                                       "in_flight_steps": args.in_flight_steps})):  # fmt: skip
             config = json.loads(json.dumps(base))
             config["run_id"] = f"bench-{name}-{int(time.time())}"

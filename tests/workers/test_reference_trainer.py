@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp_support import eventually
 from pydantic import ValidationError
 from temporalio.client import Client
 
 from gymflow.activities.training_schema import RunConfig, StepReport, TrainerSpec
 from gymflow.envs.builtin.math.data import generate_tasks
+from gymflow.envs.contract import Trajectory
 from gymflow.envs.datagen.format import to_jsonl
 from gymflow.workers.sdk.trainer import TrainerSession
 from gymflow.workers.trainers.reference import ReferenceSettings, train
@@ -90,3 +92,40 @@ def test_a_misspelt_reference_setting_is_an_error_naming_it() -> None:
         ReferenceSettings.model_validate({"filter_zero_varience": True})
     with pytest.raises(ValidationError, match="max_replacements"):
         ReferenceSettings.model_validate({"filter_zero_variance": True, "max_replacements": -1})
+
+
+async def test_the_reference_trainer_trains_asynchronously_within_its_staleness_bound(
+    client: Client, worker: RunningWorker, tmp_path: Path
+) -> None:
+    """Groups of two steps in flight, each new policy announced to the rollouts still running: every
+    step trains on groups at most `max_staleness` versions old, and rollouts moved to newer versions."""
+    train_split = tmp_path / "train.jsonl"
+    train_split.write_bytes(to_jsonl(generate_tasks(16, seed=7, difficulty=2)))
+    config = RunConfig.model_validate({
+        "env": "math-inproc", "baseline": {"policy": "softmax"}, "limits": {"max_turns": 4},
+        "algorithm": {"steps": 4, "group_size": 2, "tasks_per_step": 2, "checkpoint_every": 100, "lr": 5.0,
+                      "extra": {"asynchronous": True, "max_staleness": 1, "in_flight_steps": 2}},
+    })  # fmt: skip
+    spec = TrainerSpec(
+        run_id=f"async-{uuid.uuid4().hex[:6]}", env="math-inproc", config=config, train_uri=f"file://{train_split}",
+        eval_uri="unused", bundle_uri="unused", requirements_uri="unused", bundle_digest="", dataset_digest="",
+        storage=f"file://{tmp_path}", checkpoints=f"file://{tmp_path}/checkpoints", task_queue=worker.task_queue,
+    )  # fmt: skip
+    session = TrainerSession(client, spec)
+    session.handle = recorder = RunRecorder()  # type: ignore[assignment]
+    assert await train(session, out=io.StringIO()) == 0
+    assert [r.step for r in recorder.steps] == [0, 1, 2, 3, 4]
+    for report in recorder.steps[1:]:
+        s = report.scalars
+        assert s["lag_max"] <= 1 and s["rollouts"] + s["infra_failed"] == 4, s  # two groups of two
+        assert sum(v for k, v in s.items() if k.startswith("lag_") and k[4:].isdigit()) == 2
+    # Every rollout recorded the policy version of each of its turns, never going back.
+    query = f'GymflowBatch="{spec.run_id}/async" AND WorkflowType="RolloutWorkflow" AND ExecutionStatus="Completed"'
+
+    async def completed() -> list[str]:
+        return [e.id async for e in client.list_workflows(query)]
+
+    ids = await eventually(completed, lambda found: len(found) >= 8)  # visibility is eventually consistent
+    played = [await client.get_workflow_handle(i, result_type=Trajectory).result() for i in ids]
+    assert all(t.versions == sorted(t.versions) and len(t.versions) == t.turns for t in played)
+    assert max(v for t in played for v in t.versions if v is not None) >= 1
