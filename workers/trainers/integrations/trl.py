@@ -254,6 +254,7 @@ class GymflowRollouts:
         spans = groups_of(prompts, size)
         tasks = [self.task_of(prompts[start]) for start, _ in spans]
         step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
+        self.model = self.model.model_copy(update={"version": step})  # every turn records the step's weights
         self._calls += 1
         batch_id = f"{self.batch_prefix}-step{step:06d}-{self._calls:04d}"
         records, stats = self._loop.run(self._play(tasks, size, batch_id))
