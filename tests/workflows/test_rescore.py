@@ -11,18 +11,13 @@ needs the live rollout, an unfinished batch) lose nothing and say why.
 
 from __future__ import annotations
 
-import hashlib
-import operator
-import re
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from fractions import Fraction
 from pathlib import Path
-from typing import Any, ClassVar
 
 import figures
 import pytest
+from batch_support import FlakyMathEnv, MentalMathPolicy, flaky
 from mcp_support import activity_types
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
@@ -33,12 +28,9 @@ from gymflow.activities.rescore import RescoreInput
 from gymflow.activities.schema import BatchInput, BatchResult, RolloutOptions
 from gymflow.activities.storage import read_trajectories
 from gymflow.envs.builtin.math.data import generate_tasks
-from gymflow.envs.contract import Message, Reward, Task, ToolSpec
-from gymflow.envs.errors import BatchError, LiveRewardError, RewardError, RewardSpecError
+from gymflow.envs.errors import BatchError, LiveRewardError, RewardSpecError
 from gymflow.envs.mcp.reward import final_text
 from gymflow.envs.plugins import load_callable
-from gymflow.envs.policy import Policy
-from gymflow.envs.registry import register
 from gymflow.workers.cli import exits
 from gymflow.workers.config import Settings
 from gymflow.workers.sdk.rescore import RescoreOptions, rescore_batch
@@ -51,53 +43,6 @@ from support import InProcessMathEnv, make_settings
 REWARDS = Path(__file__).parent / "rescore_rewards.py"
 brevity = load_callable(f"{REWARDS}:brevity")
 TASKS, SAMPLES, SEED = 100, 2, 3
-
-
-def flaky(task_id: str) -> bool:
-    """About one task in eight: its reward machinery fails (deterministically, by its id)."""
-    return int(hashlib.sha256(task_id.encode()).hexdigest(), 16) % 8 == 0
-
-
-class FlakyMathEnv(InProcessMathEnv):
-    """The in-process math env whose verifier crashes on some tasks: their rollouts are infra-failed."""
-
-    name = "math-inproc-flaky"
-    offline_reward = False
-
-    @classmethod
-    def load_dataset(cls, name: str, **kwargs: Any) -> list[Task]:
-        """One operation per task: a tool call and an answer."""
-        return generate_tasks(int(kwargs.get("n", 16)), seed=int(kwargs.get("seed", 0)), difficulty=1)
-
-    async def compute_reward(
-        self, rollout_id: str, completion: list[Message], ground_truth: Any, **kwargs: Any
-    ) -> Reward:
-        if flaky(str(kwargs.get("task_id"))):
-            raise RewardError("the verifier crashed")
-        return await super().compute_reward(rollout_id, completion, ground_truth, **kwargs)
-
-
-register(FlakyMathEnv.name, FlakyMathEnv)
-
-
-class MentalMathPolicy(Policy):
-    """Answers in one turn, without tools: right, except that it adds where it should subtract."""
-
-    name = "mental"
-    OPS: ClassVar[dict[str, Callable[[Fraction, Fraction], Fraction]]] = {
-        "+": operator.add,
-        "-": operator.add,  # the mistake: some rewards are 0
-        "*": operator.mul,
-        "/": operator.truediv,
-    }
-
-    def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
-        prompt = next(m.content for m in messages if m.role == "user")
-        match = re.search(r"expression: (\d+) ([-+*/]) (\d+)", prompt)
-        assert match, prompt
-        value = self.OPS[match[2]](Fraction(match[1]), Fraction(match[3]))
-        shown = str(value.numerator) if value.denominator == 1 else str(float(value))
-        return Message(role="assistant", content=f"The result is <answer>{shown}</answer>.")
 
 
 async def run_batch(client: Client, worker: RunningWorker, url: str, *, tasks: int, samples: int) -> BatchResult:
