@@ -56,6 +56,8 @@ _EXPORTS: dict[str, str] = {
     # evaluations, datasets, training runs
     "EvalOptions": "gymflow.workers.sdk.evals",
     "run_eval": "gymflow.workers.sdk.evals",
+    "RescoreOptions": "gymflow.workers.sdk.rescore",
+    "rescore_batch": "gymflow.workers.sdk.rescore",
     "GenerateOptions": "gymflow.workers.sdk.datasets",
     "run_generate": "gymflow.workers.sdk.datasets",
     "RunConfig": "gymflow.activities.training_schema",
@@ -78,6 +80,7 @@ __all__ = [
     "Message",
     "ModelConfig",
     "Policy",
+    "RescoreOptions",
     "Reward",
     "RolloutInput",
     "RolloutLimits",
@@ -99,6 +102,7 @@ __all__ = [
     "iterate_groups",
     "load_run_config",
     "register",
+    "rescore_batch",
     "rollout_groups",
     "run",
     "run_eval",
@@ -156,6 +160,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from gymflow.workers.sdk.client import run_rollout, run_rollouts, start_rollout
     from gymflow.workers.sdk.datasets import GenerateOptions, run_generate
     from gymflow.workers.sdk.evals import EvalOptions, run_eval
+    from gymflow.workers.sdk.rescore import RescoreOptions, rescore_batch
     from gymflow.workers.sdk.groups import iterate_groups, rollout_groups
     from gymflow.workers.sdk.scripts import run
     from gymflow.workers.sdk.sessions import Session
