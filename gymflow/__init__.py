@@ -160,8 +160,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from gymflow.workers.sdk.client import run_rollout, run_rollouts, start_rollout
     from gymflow.workers.sdk.datasets import GenerateOptions, run_generate
     from gymflow.workers.sdk.evals import EvalOptions, run_eval
-    from gymflow.workers.sdk.rescore import RescoreOptions, rescore_batch
     from gymflow.workers.sdk.groups import iterate_groups, rollout_groups
+    from gymflow.workers.sdk.rescore import RescoreOptions, rescore_batch
     from gymflow.workers.sdk.scripts import run
     from gymflow.workers.sdk.sessions import Session
     from gymflow.workers.sdk.training import load_run_config
