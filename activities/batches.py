@@ -37,6 +37,7 @@ class FoundBatch(Wire):
     """A batch as Temporal holds it."""
 
     batch_id: str
+    """Its workflow id (its `GymflowBatch`)."""
     status: str
     """Its execution status, lower case: running, completed, failed, canceled, terminated, timed_out."""
     task_queue: str

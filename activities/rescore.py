@@ -39,10 +39,13 @@ class TaskSource(Wire):
     """Where a batch's tasks come from, and how rollout indices map onto them."""
 
     env: str
+    """The env whose `load_dataset` gives the tasks."""
     tasks: list[Task] = Field(default_factory=list)
     """Inline tasks; empty when the tasks are a dataset's."""
     dataset: str | None = None
+    """The dataset's name or URI."""
     dataset_options: dict[str, object] = Field(default_factory=dict)
+    """The dataset's options (n, seed, ...)."""
     rollouts_per_task: int = Field(default=1, ge=1)
     """Samples per task times envs: rollout index // this is the task's index."""
 
@@ -71,7 +74,9 @@ class PreparedRescore(Wire):
     """The source batch, checked, and the reward as text."""
 
     source: FoundBatch
+    """The source batch: its input (the tasks) and its result (the parts)."""
     reward: str
+    """The reward spec as text (memo, report, result)."""
 
 
 class RescorePartInput(Wire):
@@ -84,7 +89,9 @@ class RescorePartInput(Wire):
     source_part: str
     """URI of the source batch's part."""
     reward: RewardSpec
+    """The reward to score with (gymflow.envs.rescore)."""
     tasks: TaskSource
+    """Where the ground truths come from."""
     destination: str | None = None
     """Storage base URI of the new part (None: the worker's default store)."""
 
@@ -93,13 +100,19 @@ class RescorePartResult(Wire):
     """One rescored part and its counters."""
 
     uri: str
+    """URI of the part written."""
     total: int
+    """Trajectories in the part."""
     scored: int
+    """Trajectories with a reward."""
     infra_failed: int
+    """Trajectories infra-failed (before, or because the reward raised on them)."""
     reward_sum: float
+    """Sum of the new rewards."""
     reward_errors: int = 0
     """Trajectories the reward raised on (counted in `infra_failed`, with the error on each)."""
     env_packages: list[EnvPackageRef] = Field(default_factory=list)
+    """The env packages the part's rollouts ran, each once."""
 
 
 class RescoreState(Wire):
@@ -112,12 +125,19 @@ class RescoreState(Wire):
     parts: list[str] = Field(default_factory=list)
     """URIs of the parts written, in the source's order."""
     total: int = 0
+    """Trajectories rescored so far."""
     scored: int = 0
+    """Of those, with a reward."""
     infra_failed: int = 0
+    """Of those, infra-failed."""
     reward_sum: float = 0.0
+    """Sum of their new rewards, in part order."""
     reward_errors: int = 0
+    """Trajectories the reward raised on."""
     env_packages: list[EnvPackageRef] = Field(default_factory=list)
+    """The env packages of the rollouts, each once."""
     runs: int = 0
+    """How many times the rescore continued as new."""
 
 
 class RescoreInput(Wire):

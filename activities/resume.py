@@ -29,18 +29,24 @@ from gymflow.activities.schema import BatchInput
 from gymflow.activities.storage import StorageActivities
 from gymflow.envs.contract import EnvPackageRef, Trajectory, Wire, json_bytes
 from gymflow.envs.datagen.format import to_jsonl
-from gymflow.envs.errors import BatchError
+from gymflow.envs.errors import BatchError, StorageError
 
 
 class BatchLayout(Wire):
     """What makes rollout index i the same task and sample in two batches."""
 
     env: str
+    """The env every task is played in first (`BatchInput.env`)."""
     also_envs: list[str] = Field(default_factory=list)
+    """The envs that play every task too, in order (`BatchInput.also_envs`)."""
     samples_per_task: int = 1
+    """Samples of each task in each env."""
     dataset: str | None = None
+    """The dataset the tasks come from (None: inline tasks)."""
     dataset_options: dict[str, object] = Field(default_factory=dict)
+    """The dataset's options (n, seed, ...)."""
     num_tasks: int | None = None
+    """Tasks used at most."""
     task_ids: list[str] = Field(default_factory=list)
     """The ids of the inline tasks (empty for a dataset)."""
 
@@ -102,6 +108,7 @@ class CarryOverResult(Wire):
     reward_sum: float
     """Sum of their rewards."""
     env_packages: list[EnvPackageRef] = Field(default_factory=list)
+    """The env packages their rollouts ran, each once."""
     done: list[tuple[int, int]] = Field(default_factory=list)
     """Their indices, as sorted disjoint ranges [start, end)."""
     terminated: list[str] = Field(default_factory=list)
@@ -132,6 +139,8 @@ class ResumeActivities:
             return await with_heartbeats(self._carry_over(input))
         except BatchError as exc:
             raise errors.non_retryable(str(exc), type=type(exc).__name__) from exc
+        except StorageError as exc:  # a bad destination; a transient write failure is retried instead
+            raise errors.non_retryable(str(exc), type=errors.STORAGE_ERROR) from exc
 
     async def _carry_over(self, input: CarryOverInput) -> CarryOverResult:
         client = activity.client()
