@@ -34,6 +34,8 @@ BATCH_WORKFLOW = "BatchRolloutWorkflow"
 DATASET_WORKFLOW = "DatasetGenerationWorkflow"
 TRAINING_WORKFLOW = "TrainingRunWorkflow"
 SESSION_WORKFLOW = "RolloutSessionWorkflow"
+RESCORE_WORKFLOW = "RescoreBatchWorkflow"
+"""A finished batch's stored trajectories scored again with another reward, as a new batch."""
 
 SA_ENV = SearchAttributeKey.for_keyword("GymflowEnv")
 SA_STATUS = SearchAttributeKey.for_keyword("GymflowStatus")

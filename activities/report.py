@@ -43,6 +43,10 @@ class BatchReportInput(Wire):
     """What ran (a policy's name, a model), shown as the report's title."""
     reps: int = Field(default=2000, ge=10, le=100_000)
     """Bootstrap replicates per interval."""
+    lineage: str | None = None
+    """How the batch came to be, when not by running all of its rollouts (`BatchRef.lineage`)."""
+    rollout_batches: list[str] = Field(default_factory=list)
+    """The batches whose rollout workflows its trajectories are, when not it alone (`BatchRef.rollout_batches`)."""
 
 
 class BatchReportResult(Wire):
@@ -75,7 +79,14 @@ class ReportActivities:
                 f"batch {input.batch_id} has no trajectories to report", type=errors.STORAGE_ERROR
             )
         ui = ui_query_url(self.ui_base, f'GymflowBatch="{input.batch_id}"') if self.ui_base else None
-        batch = BatchRef(role="policy", batch_id=input.batch_id, label=input.label, ui=ui)
+        batch = BatchRef(
+            role="policy",
+            batch_id=input.batch_id,
+            label=input.label,
+            ui=ui,
+            lineage=input.lineage,
+            rollout_batches=input.rollout_batches,
+        )
         _, page, data = await asyncio.to_thread(
             render_report,
             trajectories,

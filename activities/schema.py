@@ -226,6 +226,11 @@ class BatchState(Wire):
     exhausted: bool = False
     env_packages: list[EnvPackageRef] = Field(default_factory=list)
     """The env packages (name, version, digest) the finished rollouts ran, each once, in order seen."""
+    carried: int | None = None
+    """With `BatchInput.resumed_from`: how many finished rollouts were carried over (counted above);
+    None until they are."""
+    done: list[tuple[int, int]] = Field(default_factory=list)
+    """Index ranges [start, end) of the rollouts carried over, sorted and disjoint: never started here."""
 
 
 class BatchInput(Wire):
@@ -257,6 +262,10 @@ class BatchInput(Wire):
     label: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     """What is evaluated (a policy's name, a checkpoint), the title of the batch's report; None: the
     model name."""
+    resumed_from: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    """A batch this one resumes (`gymflow eval --resume`): its finished rollouts that are not
+    infra-failed are carried over into this batch's parts, and only the others run here. It must be
+    of the same tasks, samples and envs; if it is still open, it is terminated (and its open rollouts)."""
     state: BatchState = Field(default_factory=BatchState)
     """Internal: progress carried across continue-as-new. Leave empty."""
 
@@ -291,6 +300,14 @@ class BatchResult(Wire):
     env_packages: list[EnvPackageRef] = Field(default_factory=list)
     """The env packages (name, version, content digest) whose code produced the batch's rewards;
     empty for envs of this installation."""
+    resumed_from: str | None = None
+    """The batch this one resumed (`BatchInput.resumed_from`), whose finished rollouts it carried over."""
+    carried: int = 0
+    """Rollouts carried over from `resumed_from` (in `total` and the parts, never run again)."""
+    rescored_from: str | None = None
+    """The batch whose stored trajectories this one scored again (gymflow.workflows.rescore), if any."""
+    reward: str | None = None
+    """With `rescored_from`: the reward spec the trajectories were scored with."""
 
 
 # -- dataset generation (gymflow.workflows.dataset) ---------------------------------------------------

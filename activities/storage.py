@@ -45,6 +45,10 @@ class Store(ABC):
     async def get(self, uri: str) -> bytes:
         """Read the object at `uri`."""
 
+    @abstractmethod
+    async def exists(self, uri: str) -> bool:
+        """Whether an object is at `uri` (a batch's parts, before anything relies on them)."""
+
 
 def _check_key(key: str) -> str:
     parts = key.split("/")
@@ -72,6 +76,12 @@ class LocalStore(Store):
         if parsed.scheme != "file":
             raise StorageError(f"LocalStore cannot read {uri!r}")
         return await asyncio.to_thread(self._read, Path(unquote(parsed.path)), uri)
+
+    async def exists(self, uri: str) -> bool:
+        parsed = urlparse(uri)
+        if parsed.scheme != "file":
+            raise StorageError(f"LocalStore cannot read {uri!r}")
+        return await asyncio.to_thread(Path(unquote(parsed.path)).is_file)
 
     def _read(self, path: Path, uri: str) -> bytes:
         if self.root not in path.resolve().parents:
@@ -190,6 +200,24 @@ class S3Store(Store):
             return bytes(body.read())
 
         return await asyncio.to_thread(read)
+
+    async def exists(self, uri: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        parsed = urlparse(uri)
+        if parsed.scheme != "s3" or parsed.netloc != self.bucket:
+            raise StorageError(f"{uri!r} is not in bucket {self.bucket!r}")
+
+        def head() -> bool:
+            try:
+                self.client.head_object(Bucket=self.bucket, Key=parsed.path.lstrip("/"))
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+                    return False
+                raise
+            return True
+
+        return await asyncio.to_thread(head)
 
 
 def open_store(uri: str, *, s3_endpoint_url: str | None = None) -> Store:

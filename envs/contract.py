@@ -120,6 +120,11 @@ class BaseEnv(ABC):
     """True when tool calls and rewards are CPU-heavy work on the worker's machine (sandboxed code,
     formula recalculation): a worker then admits only as many at once as its cores can run and
     queues the rest (gymflow.envs.runtime.admission); a tool's timeout starts when it is admitted."""
+    offline_reward: ClassVar[bool] = False
+    """True when `compute_reward` reads only the conversation, the ground truth and its keyword
+    arguments (no tools, no workspace, no per-rollout state): a finished batch's stored trajectories
+    can then be scored again with it, without running anything (`gymflow eval rescore --reward ENV`,
+    gymflow.envs.rescore). An env of `McpEnv`'s own reward qualifies when its reward functions do."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -176,6 +176,20 @@ class StatsError(ValueError):
     """The input cannot be summarised as asked (empty, non-finite, ragged, k > n, ...)."""
 
 
+class RewardSpecError(UserError, ValueError):
+    """A reward to rescore with (`gymflow eval rescore --reward`) cannot be loaded; the message names it."""
+
+
+class LiveRewardError(RewardSpecError):
+    """A reward that reads the rollout's live tools or workspace, which a finished batch no longer has:
+    it cannot rescore stored trajectories (gymflow.envs.rescore)."""
+
+
+class BatchError(UserError, LookupError):
+    """A batch named by id cannot be rescored or resumed: unknown, unfinished, of another env, or its
+    stored trajectories are gone; the message says which and what to do."""
+
+
 # Storage and bundles (gymflow.activities).
 
 

@@ -60,6 +60,8 @@ _EXPORTS: dict[str, str] = {
     # evaluations, datasets, training runs
     "EvalOptions": "gymflow.workers.sdk.evals",
     "run_eval": "gymflow.workers.sdk.evals",
+    "RescoreOptions": "gymflow.workers.sdk.rescore",
+    "rescore_batch": "gymflow.workers.sdk.rescore",
     "GenerateOptions": "gymflow.workers.sdk.datasets",
     "run_generate": "gymflow.workers.sdk.datasets",
     "RunConfig": "gymflow.activities.training_schema",
@@ -85,6 +87,7 @@ __all__ = [
     "ModelConfig",
     "Policy",
     "PolicyChannel",
+    "RescoreOptions",
     "Reward",
     "RolloutInput",
     "RolloutLimits",
@@ -107,6 +110,7 @@ __all__ = [
     "iterate_groups",
     "load_run_config",
     "register",
+    "rescore_batch",
     "rollout_groups",
     "run",
     "run_eval",
@@ -167,6 +171,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from gymflow.workers.sdk.evals import EvalOptions, run_eval
     from gymflow.workers.sdk.groups import iterate_groups, rollout_groups
     from gymflow.workers.sdk.policy import PolicyChannel
+    from gymflow.workers.sdk.rescore import RescoreOptions, rescore_batch
     from gymflow.workers.sdk.scripts import run
     from gymflow.workers.sdk.sessions import Session
     from gymflow.workers.sdk.training import load_run_config

@@ -135,6 +135,7 @@ class InProcessMathEnv(BaseEnv):
     name = "math-inproc"
     system_prompt = "Use the tools for every step. Answer as <answer>NUMBER</answer>."
     stateless = True
+    offline_reward = True  # the answer alone: stored trajectories can be rescored with it
     OPS: ClassVar[dict[str, Callable[[Fraction, Fraction], Fraction]]] = {
         "add": operator.add,
         "subtract": operator.sub,

@@ -1,8 +1,9 @@
 """What a worker serves, by role: one small builder per role; the worker composes those it is given.
 
 * ``rollout``: the rollout workflows (`RolloutWorkflow`, `GroupRolloutWorkflow`,
-  `BatchRolloutWorkflow`, `RolloutSessionWorkflow`) and what they run on the shared queue (model
-  turns, rollout initialisation, group rewards, task loading, results, batch reports); the node
+  `BatchRolloutWorkflow`, `RolloutSessionWorkflow`, `RescoreBatchWorkflow`) and what they run on the
+  shared queue (model turns, rollout initialisation, group rewards, task loading, results, batch
+  reports, rescoring and resuming batches); the node
   queue with the env activities of the rollouts this node holds (tools, rewards, release, fused
   turns, harness programs); the node's admission control, the reaper (and its fence for a node cut
   off from its server), the model gateway through which harness rollouts' agent programs call
@@ -117,10 +118,11 @@ def secret(value: SecretStr | None) -> str | None:
 def rollout_workflows() -> list[type]:
     """The workflows of the rollout role."""
     from gymflow.workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow
+    from gymflow.workflows.rescore import RescoreBatchWorkflow
     from gymflow.workflows.rollout import RolloutWorkflow
     from gymflow.workflows.session import RolloutSessionWorkflow
 
-    return [RolloutWorkflow, GroupRolloutWorkflow, BatchRolloutWorkflow, RolloutSessionWorkflow]
+    return [RolloutWorkflow, GroupRolloutWorkflow, BatchRolloutWorkflow, RolloutSessionWorkflow, RescoreBatchWorkflow]
 
 
 def dataset_workflows() -> list[type]:
@@ -150,6 +152,8 @@ def rollout(context: Context) -> Served:
     from gymflow.activities.harness import HarnessActivities
     from gymflow.activities.model import ModelActivities
     from gymflow.activities.report import ReportActivities
+    from gymflow.activities.rescore import RescoreActivities
+    from gymflow.activities.resume import ResumeActivities
     from gymflow.activities.storage import StorageActivities
     from gymflow.activities.turn import TurnActivities
     from gymflow.envs.mcp.ledger import reap_orphans
@@ -195,6 +199,8 @@ def rollout(context: Context) -> Served:
         default_uri=settings.results_uri, s3_endpoint_url=settings.s3_endpoint_url, admission=admission
     )
     reports = ReportActivities(storage, ui_base=settings.ui_url)
+    rescore = RescoreActivities(storage, env)  # an env that rescores is scored by this node's instance
+    resume = ResumeActivities(storage)
     # The node's model gateway: harness rollouts' agent programs call models through it (gymflow.workflows.harness).
     gateway = Gateway(context.client, host=settings.gateway_host, port=settings.gateway_port)
     shared = Queue(
@@ -208,6 +214,9 @@ def rollout(context: Context) -> Served:
             storage.write_jsonl,
             storage.load_tasks,
             reports.render_batch_report,
+            rescore.prepare_rescore,
+            rescore.rescore_part,
+            resume.carry_over,
         ],
         interceptors=[MetricsInterceptor(metrics)],
     )

@@ -43,6 +43,7 @@ SANDBOX_PASSTHROUGH = (
         "gymflow.workflows.activity_calls",
         "gymflow.workflows.budget",
         "gymflow.workflows.fused_turns",
+        "gymflow.workflows.resume",
     ),
     "gymflow.workflows.status",
     *("gymflow.workflows.rollout_env", "gymflow.activities.session_schema", "gymflow.workflows.spans"),

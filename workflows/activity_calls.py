@@ -86,3 +86,13 @@ def describe(exc: ActivityError) -> str:
     if isinstance(cause, TimeoutError) and cause.type is not None:
         detail = f"{cause.type.name.lower()} timeout"
     return f"{exc.activity_type}: {detail}"
+
+
+def typed_failure(exc: ActivityError) -> ApplicationError | None:
+    """The workflow's own failure for an activity's typed one (a refusal the user fixes: an unknown batch,
+    a reward that cannot rescore), in its words and type, which the CLI prints as one line; None for an
+    untyped failure (a timeout), which the caller re-raises as it is."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError) and cause.type:
+        return ApplicationError(cause.message, type=cause.type, non_retryable=True)
+    return None

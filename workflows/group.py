@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
     from gymflow.envs.rewards.group import group_advantages
     from gymflow.workflows import status
     from gymflow.workflows.activity_calls import describe, error_type, execute
+    from gymflow.workflows.resume import BATCH_RESUME, after_done, carry_over, lineage
     from gymflow.workflows.rollout import RolloutWorkflow
 
 
@@ -256,6 +257,8 @@ class BatchRolloutWorkflow:
                 )
             self._running: list[asyncio.Task[Trajectory]] = []
             try:
+                if input.resumed_from and self._state.carried is None and workflow.patched(BATCH_RESUME):
+                    await carry_over(input, self._batch_id, self._state)
                 await self._run_window()
             except asyncio.CancelledError:
                 if patched:
@@ -308,6 +311,8 @@ class BatchRolloutWorkflow:
                     parts=self._state.parts,
                     destination=input.destination,
                     label=input.label or input.options.model.model or "default",
+                    lineage=lineage(input, self._state),
+                    rollout_batches=[self._batch_id, input.resumed_from] if input.resumed_from else [],
                 ),
                 start_to_close_timeout=REPORT_TIMEOUT,
                 retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=[errors.STORAGE_ERROR]),
@@ -321,7 +326,7 @@ class BatchRolloutWorkflow:
     async def _next_rollout(self) -> RolloutInput | None:
         """The next rollout to start, or None when the tasks are exhausted."""
         input = self._input
-        index = self._state.next_index
+        index = self._state.next_index = after_done(self._state.done, self._state.next_index)
         envs = [input.env, *input.also_envs]
         task_index, rest = divmod(index, input.samples_per_task * len(envs))
         env_index, sample = divmod(rest, input.samples_per_task)
@@ -409,4 +414,6 @@ class BatchRolloutWorkflow:
             parts=state.parts,
             runs=state.runs,
             env_packages=state.env_packages,
+            resumed_from=self._input.resumed_from,
+            carried=state.carried or 0,
         )

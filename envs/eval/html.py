@@ -78,6 +78,7 @@ def _meta(report: Report) -> str:
         rows.append([role, f'<span class="{role}">{escape(side.label)}</span> — model {escape(models)}'])
     for batch in report.batches:
         own = f" · {_link(batch.report, 'its report')}" if batch.report else ""
+        own += f" · {escape(batch.lineage)}" if batch.lineage else ""
         rows.append([f"{batch.role} batch", f"{_link(batch.ui, batch.batch_id)} ({escape(batch.label)}){own}"])
     return '<table class="meta">' + "".join(f"<tr><td>{a}</td><td>{b}</td></tr>" for a, b in rows) + "</table>"
 
@@ -161,12 +162,20 @@ def _plots(report: Report, rewards: dict[str, list[float]]) -> list[str]:
     return figures
 
 
+def _batch_query(batch: BatchRef) -> str:
+    """The visibility query of the batch's rollouts (those of the batches they came from, if others)."""
+    ids = batch.rollout_batches or [batch.batch_id]
+    if len(ids) == 1:
+        return f'GymflowBatch="{ids[0]}"'
+    return "GymflowBatch IN (" + ", ".join(f'"{i}"' for i in ids) + ")"
+
+
 def _per_task(report: Report) -> str:
     base = {r.task_id: r for r in (report.comparison.per_task if report.comparison else [])}
-    batch = {b.role: b.batch_id for b in report.batches}
+    batch = {b.role: _batch_query(b) for b in report.batches}
     rows = []
     for r in report.per_task:
-        query = f'GymflowBatch="{batch["policy"]}" AND GymflowTask="{r.task_id}"' if "policy" in batch else ""
+        query = f'{batch["policy"]} AND GymflowTask="{r.task_id}"' if "policy" in batch else ""
         task = _link(_query_url(report.ui_base, query) if query else None, r.task_id)
         row = [task, str(r.rollouts), str(r.completed), str(r.infra_failed), str(r.correct), _num(r.mean)]
         row.append("-" if r.low is None or r.high is None else f"[{r.low:.3f}, {r.high:.3f}]")

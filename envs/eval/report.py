@@ -106,6 +106,12 @@ class BatchRef(BaseModel):
     """The batch's rollouts in the Temporal Web UI."""
     report: str | None = None
     """URI of the batch's own report (written when the batch ended)."""
+    lineage: str | None = None
+    """How the batch came to be, when not by running all of its rollouts: ``rescored from B with
+    reward R``, ``resumes B (N rollouts carried over)``."""
+    rollout_batches: list[str] = []
+    """The batches whose rollout workflows these trajectories are, when not this one alone (a rescored
+    batch's source; a resumed batch and the batches it resumed); empty: this batch."""
 
 
 class Report(BaseModel):

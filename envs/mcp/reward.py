@@ -40,6 +40,8 @@ REWARD_KWARGS = (
     *("rollout_id", "task_id", "metadata"),
 )
 """Every keyword a reward function is called with (`score`; the last three come from the activity)."""
+LIVE_KWARGS = ("workspace", "mcp_client")
+"""The keywords that hand a reward the rollout's live state; a finished batch has neither."""
 
 
 def final_text(messages: Sequence[Message]) -> str:
@@ -64,6 +66,20 @@ def signature_problem(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str 
 def check_reward_fn(fn: Callable[..., Any]) -> str | None:
     """Why `fn` cannot be a reward function (None when it can take every keyword `score` passes)."""
     return signature_problem(fn, **dict.fromkeys(REWARD_KWARGS))
+
+
+def live_parameters(fn: Callable[..., Any]) -> list[str]:
+    """The live-rollout keywords (`LIVE_KWARGS`) `fn` names as parameters.
+
+    A reward that names `workspace` or `mcp_client` reads the rollout's files or calls its tools, so
+    it cannot score a stored trajectory (gymflow.envs.rescore); one that takes the conversation and
+    the ground truth (and `**kwargs`) can. A library reward (gymflow.envs.mcp.library_reward) names none.
+    """
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return []
+    return [name for name in LIVE_KWARGS if name in parameters]
 
 
 class RolloutTools:
@@ -102,23 +118,21 @@ async def score(
     *,
     messages: list[Message],
     ground_truth: Any,
-    tools: RolloutTools,
+    tools: RolloutTools | None,
     **kwargs: Any,
 ) -> Reward:
-    """Run every reward function and combine them into one Reward."""
+    """Run every reward function and combine them into one Reward.
+
+    `tools` None scores a stored conversation (gymflow.envs.rescore): the functions then get neither
+    `workspace` nor `mcp_client`, which only functions that name neither (`live_parameters`) do without.
+    """
     completion = final_text(messages)
     components: dict[str, float] = {}
     info: dict[str, Any] = {}
     total = 0.0
+    live: dict[str, Any] = {} if tools is None else {"workspace": tools.workspace, "mcp_client": tools}
     for fn in fns:
-        call_kwargs = dict(
-            completion=completion,
-            ground_truth=ground_truth,
-            workspace=tools.workspace,
-            mcp_client=tools,
-            messages=messages,
-            **kwargs,
-        )
+        call_kwargs = dict(completion=completion, ground_truth=ground_truth, **live, messages=messages, **kwargs)
         if inspect.iscoroutinefunction(fn):
             value = await fn(**call_kwargs)
         else:

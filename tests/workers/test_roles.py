@@ -33,7 +33,13 @@ from support import make_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "envs" / "builtin" / "search" / "sample_corpus"
-ROLLOUT_WORKFLOWS = {"RolloutWorkflow", "GroupRolloutWorkflow", "BatchRolloutWorkflow", "RolloutSessionWorkflow"}
+ROLLOUT_WORKFLOWS = {
+    "RolloutWorkflow",
+    "GroupRolloutWorkflow",
+    "BatchRolloutWorkflow",
+    "RolloutSessionWorkflow",
+    "RescoreBatchWorkflow",
+}
 OTHER_ROLES_MODULES = (
     "gymflow.activities.dataset",
     "gymflow.activities.training",
@@ -78,6 +84,9 @@ async def test_a_rollout_only_worker_registers_only_rollout_work_and_runs_a_roll
             "StorageActivities.write_jsonl",
             "StorageActivities.load_tasks",
             "ReportActivities.render_batch_report",
+            "RescoreActivities.prepare_rescore",
+            "RescoreActivities.rescore_part",
+            "ResumeActivities.carry_over",
         }
         assert on_node.activities == {
             "EnvActivities.call_tool",

@@ -13,8 +13,9 @@ import asyncio
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 # The project root first, so the real packages win over the tests/ folders that mirror them.
@@ -24,7 +25,16 @@ sys.path.append(str(Path(__file__).parents[1]))
 from gymflow.activities.dataset_models import DatasetSource  # noqa: E402
 from gymflow.activities.model import ModelConfig  # noqa: E402
 from gymflow.activities.names import SEARCH_ATTRIBUTES, dataset_queue  # noqa: E402
-from gymflow.activities.schema import BatchInput, DatasetInput, GroupInput, RetrySettings, RolloutInput, RolloutOptions  # noqa: E402
+from gymflow.activities.rescore import RescoreInput  # noqa: E402
+from gymflow.activities.schema import (  # noqa: E402
+    BatchInput,
+    BatchResult,
+    DatasetInput,
+    GroupInput,
+    RetrySettings,
+    RolloutInput,
+    RolloutOptions,
+)
 from gymflow.activities.session_schema import SessionInput  # noqa: E402
 from gymflow.envs.builtin.math.data import generate_tasks  # noqa: E402
 from gymflow.envs.builtin.math.policy import CalculatorPolicy  # noqa: E402
@@ -37,6 +47,7 @@ from gymflow.workers.servers.temporal import temporal_binary  # noqa: E402
 from gymflow.workers.worker import running_worker  # noqa: E402
 from gymflow.workflows.dataset import DatasetGenerationWorkflow  # noqa: E402
 from gymflow.workflows.group import BatchRolloutWorkflow, GroupRolloutWorkflow  # noqa: E402
+from gymflow.workflows.rescore import RescoreBatchWorkflow  # noqa: E402
 from support import ScriptedPolicy, call, make_settings  # noqa: E402
 
 OUT = Path(__file__).parent / "histories"
@@ -93,7 +104,11 @@ async def main(only: set[str]) -> None:
                     history = await handle.fetch_history()
                     (OUT / f"{name}.json").write_text(history.to_json())
                     print("recorded", name)
-            if not only or "parents" in only or only & {"batch_report", "math_plain_start"}:
+            if (
+                not only
+                or "parents" in only
+                or only & {"batch_report", "math_plain_start", "batch_resume", "rescore_math"}
+            ):
                 await record_parents(client, settings.task_queue, calc.url, only - {"parents"})
             if not only or "dataset" in only:
                 await record_dataset(client, settings.task_queue, Path(tmp))
@@ -187,10 +202,46 @@ async def record_new(client: Client, task_queue: str, model: ModelConfig, only: 
         handles["math_plain_start"] = await client.start_workflow(
             "RolloutWorkflow", rollout, id="math_plain_start", task_queue=task_queue
         )
+    if "batch_resume" in only:  # a batch stopped after its first rollout, resumed by another
+        handles["batch_resume"] = await record_resumed(client, task_queue, model)
+    if "rescore_math" in only:  # a finished batch rescored with the env's reward by name
+        source = await client.execute_workflow(
+            BatchRolloutWorkflow.run,
+            BatchInput(env="math-inproc", tasks=generate_tasks(3, seed=8), options=RolloutOptions(model=model),
+                       flush_bytes=1024),  # a part per rollout: several rescore_part activities
+            id="rescore_source",
+            task_queue=task_queue,
+        )  # fmt: skip
+        handles["rescore_math"] = await client.start_workflow(
+            RescoreBatchWorkflow.run,
+            RescoreInput(source=source.batch_id, reward="math-inproc", window=2),
+            id="rescore_math",
+            task_queue=task_queue,
+        )
     for name, handle in handles.items():
         await handle.result()
         (OUT / f"{name}.json").write_text((await handle.fetch_history()).to_json())
         print("recorded", name)
+
+
+async def record_resumed(client: Client, task_queue: str, model: ModelConfig) -> WorkflowHandle[Any, BatchResult]:
+    tasks = generate_tasks(3, seed=7)
+    source = await client.start_workflow(
+        BatchRolloutWorkflow.run,
+        BatchInput(env="math-inproc", tasks=tasks, options=RolloutOptions(model=model), window=1),
+        id="batch_resume_source",
+        task_queue=task_queue,
+    )
+    for _ in range(600):  # a minute at most
+        if (await source.query(BatchRolloutWorkflow.progress))["completed"] >= 1:
+            break
+        await asyncio.sleep(0.1)
+    return await client.start_workflow(
+        BatchRolloutWorkflow.run,
+        BatchInput(env="math-inproc", tasks=tasks, options=RolloutOptions(model=model), resumed_from=source.id),
+        id="batch_resume",
+        task_queue=task_queue,
+    )
 
 
 if __name__ == "__main__":

@@ -10,10 +10,14 @@ import os
 import sys
 from typing import Any
 
-from gymflow.envs.errors import EnvUnavailableError
+from gymflow.envs.errors import EnvUnavailableError, UserError
 from gymflow.envs.registry import env_class
 from gymflow.workers.config import Settings
 from gymflow.workers.servers import temporal as embedded
+
+
+class UsageError(UserError):
+    """Arguments that do not go together (the CLI's one line, exit 2)."""
 
 
 def _finite(value: Any) -> Any:
@@ -153,6 +157,10 @@ def batch(args: argparse.Namespace, settings: Settings) -> int:
 def evaluate(args: argparse.Namespace, settings: Settings) -> int:
     from gymflow.workers.sdk.evals import EvalOptions, format_summary, run_eval
 
+    if args.env == RESCORE:
+        return rescore(args, settings)
+    if args.batch is not None or args.reward is not None:
+        raise UsageError(f"`gymflow eval {args.env}` takes no BATCH or --reward (those are `gymflow eval rescore`'s)")
     preflight(args.env, local_worker=not args.no_worker)
     check_policies(args.env, args.policy, args.baseline)
     options = EvalOptions(
@@ -170,9 +178,35 @@ def evaluate(args: argparse.Namespace, settings: Settings) -> int:
         out=args.out,
         local_worker=not args.no_worker,
         reps=args.reps,
+        resume=args.resume,
     )
     summary = asyncio.run(run_eval(options, settings))
     print(json_text(summary) if args.json else format_summary(summary))
+    return 0
+
+
+RESCORE = "rescore"
+"""`gymflow eval rescore BATCH --reward SPEC`: the word in the env's place."""
+
+
+def rescore(args: argparse.Namespace, settings: Settings) -> int:
+    """`gymflow eval rescore BATCH --reward SPEC` (gymflow.workers.sdk.rescore)."""
+    from gymflow.workers.sdk.rescore import RescoreOptions, format_rescore, rescore_batch
+
+    if args.batch is None or args.reward is None:
+        raise UsageError("usage: gymflow eval rescore BATCH --reward SPEC (both are needed)")
+    if args.resume is not None:
+        raise UsageError("`gymflow eval rescore` rescores a finished batch: --resume is `gymflow eval ENV`'s")
+    options = RescoreOptions(
+        batch=args.batch,
+        reward=args.reward,
+        out=args.out,
+        local_worker=not args.no_worker,
+        reps=args.reps,
+        seed=args.seed,
+    )
+    summary = asyncio.run(rescore_batch(options, settings))
+    print(json_text(summary) if args.json else format_rescore(summary))
     return 0
 
 

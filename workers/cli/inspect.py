@@ -29,7 +29,7 @@ PROGRESS_QUERY = "progress"
 """The query the gymflow workflows that run for a while answer (DESIGN: a `progress` query on every parent)."""
 PROGRESS_TYPES = frozenset(
     {names.ROLLOUT_WORKFLOW, names.BATCH_WORKFLOW, names.DATASET_WORKFLOW, names.TRAINING_WORKFLOW,
-     names.SESSION_WORKFLOW}
+     names.SESSION_WORKFLOW, names.RESCORE_WORKFLOW}
 )  # fmt: skip
 """Workflow types that answer PROGRESS_QUERY; the others (a group: short-lived, its rollouts say it
 all) are never asked, since a query they have no handler for only fails."""

@@ -151,6 +151,51 @@ def _deploy_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
             d.add_argument("--dryrun", action="store_true", help="print the task, launch nothing")
 
 
+def _eval_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`gymflow eval ENV` and `gymflow eval rescore BATCH --reward SPEC`."""
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a policy (vs a baseline) with bootstrap confidence intervals, or rescore a batch",
+        description="`gymflow eval ENV`: evaluate a policy; `gymflow eval rescore BATCH --reward SPEC`: score a "
+        "finished batch's stored trajectories again with another reward, as a new batch (no model call).",
+    )
+    _common(p)
+    p.add_argument("env", help="env name, or `rescore` (then BATCH and --reward)")
+    p.add_argument("batch", nargs="?", metavar="BATCH", help="with `rescore`: the finished batch to rescore")
+    p.add_argument(
+        "--reward",
+        metavar="SPEC",
+        help="with `rescore`: file.py:fn, module:fn, '{fn: NAME, extract: RULE}' (the reward library) or an env name",
+    )
+    p.add_argument(
+        "--resume",
+        metavar="BATCH",
+        help="run only the rollouts of BATCH (this env's) that are missing or infra-failed; report the merged result",
+    )
+    p.add_argument("--policy", default="default", help="an OpenAI-compatible URL (…/v1) or a baseline policy name")
+    p.add_argument("--baseline", help="a second policy to compare against (URL or baseline name)")
+    p.add_argument("--n", type=int, help="number of tasks (default 32; harbor: every task of --dataset)")
+    p.add_argument("--samples", type=int, default=1, help="samples per task (for pass@k)")
+    p.add_argument(
+        "--dataset",
+        default="generated",
+        help="`generated`, a dataset path or URI (search: a dataset URI; harbor: a directory of task directories)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", default="", help="model name sent to the endpoint")
+    p.add_argument("--tool-format", choices=["native", "hermes"], default="native")
+    p.add_argument(
+        "--window",
+        type=int,
+        help="rollouts in flight per batch (default: 16 per core of this machine, as memory allows)",
+    )
+    p.add_argument("--max-turns", type=int, default=10)
+    p.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
+    p.add_argument("--out", type=Path, help="report directory (default: <data dir>/evals/<batch id>)")
+    p.add_argument("--no-worker", action="store_true", help="rely on running workers instead of an in-process one")
+    p.add_argument("--json", action="store_true", help="print the report summary as JSON")
+
+
 def _look_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`gymflow inspect` and `gymflow status`."""
     p = sub.add_parser("inspect", help="a rollout's turns, tool calls, reward and timings, from its history")
@@ -266,31 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     _batch_args(p, n=1)
     p.add_argument("--no-worker", action="store_true", help="rely on running workers instead of an in-process one")
 
-    p = sub.add_parser("eval", help="evaluate a policy (vs a baseline) with bootstrap confidence intervals")
-    _common(p)
-    p.add_argument("env", help="env name")
-    p.add_argument("--policy", default="default", help="an OpenAI-compatible URL (…/v1) or a baseline policy name")
-    p.add_argument("--baseline", help="a second policy to compare against (URL or baseline name)")
-    p.add_argument("--n", type=int, help="number of tasks (default 32; harbor: every task of --dataset)")
-    p.add_argument("--samples", type=int, default=1, help="samples per task (for pass@k)")
-    p.add_argument(
-        "--dataset",
-        default="generated",
-        help="`generated`, a dataset path or URI (search: a dataset URI; harbor: a directory of task directories)",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--model", default="", help="model name sent to the endpoint")
-    p.add_argument("--tool-format", choices=["native", "hermes"], default="native")
-    p.add_argument(
-        "--window",
-        type=int,
-        help="rollouts in flight per batch (default: 16 per core of this machine, as memory allows)",
-    )
-    p.add_argument("--max-turns", type=int, default=10)
-    p.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
-    p.add_argument("--out", type=Path, help="report directory (default: <data dir>/evals/<batch id>)")
-    p.add_argument("--no-worker", action="store_true", help="rely on running workers instead of an in-process one")
-    p.add_argument("--json", action="store_true", help="print the report summary as JSON")
+    _eval_args(sub)
 
     p = sub.add_parser("policy", help="baseline policies")
     psub = p.add_subparsers(dest="policy_command", required=True)

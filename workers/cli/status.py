@@ -34,6 +34,7 @@ PARENT_TYPES = (
     names.DATASET_WORKFLOW,
     names.TRAINING_WORKFLOW,
     names.SESSION_WORKFLOW,
+    names.RESCORE_WORKFLOW,
 )
 """Workflow types `gymflow status` lists, in this order."""
 MAX_ROWS = 50
@@ -164,6 +165,12 @@ COLUMNS: dict[str, Sequence[Column]] = {
         ("tool calls", lambda p: p.get("tool_calls")),
         ("recoveries", lambda p: p.get("recoveries")),
         ("done", lambda p: "yes" if p.get("done") else "no"),
+    ),
+    names.RESCORE_WORKFLOW: (
+        ("rescored", lambda p: p.get("completed")),
+        ("parts", lambda p: f"{p.get('parts', 0)}/{p.get('of_parts') or '?'}"),
+        ("infra-failed", lambda p: p.get("infra_failed")),
+        ("mean reward", lambda p: _number(p.get("mean_reward"))),
     ),
 }
 """Per type, the progress fields of its table."""

@@ -21,9 +21,19 @@ from urllib.parse import quote
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import TypedSearchAttributes
 
+from gymflow.activities.batches import FoundBatch, find_batch
 from gymflow.activities.model import ModelConfig
-from gymflow.activities.schema import BatchInput, BatchResult, RolloutLimits, RolloutOptions, batch_search_attributes
+from gymflow.activities.resume import BatchLayout, check_resumable
+from gymflow.activities.schema import (
+    BatchInput,
+    BatchResult,
+    BatchState,
+    RolloutLimits,
+    RolloutOptions,
+    batch_search_attributes,
+)
 from gymflow.activities.storage import read_trajectories
+from gymflow.envs.errors import BatchError
 from gymflow.envs.eval.report import BatchRef
 from gymflow.envs.registry import env_class
 from gymflow.envs.runtime.admission import Capacity
@@ -58,6 +68,10 @@ class EvalOptions:
     out: Path | None = None
     local_worker: bool = True
     reps: int = 2000
+    resume: str | None = None
+    """A batch of this env to resume (`--resume BATCH`): its finished rollouts are carried over and only
+    the missing or infra-failed ones run, on its tasks, samples and limits (`n`, `samples`, `dataset`
+    and `seed` are the old batch's then). If it is still open it is terminated first."""
 
 
 DEFAULT_TASKS = 32
@@ -74,31 +88,77 @@ def prepared(options: EvalOptions) -> EvalOptions:
 
 
 async def _start(
-    client: Client, options: EvalOptions, settings: Settings, url: str, *, label: str, policy: str
+    client: Client,
+    options: EvalOptions,
+    settings: Settings,
+    url: str,
+    *,
+    label: str,
+    policy: str,
+    resume: FoundBatch | None = None,
 ) -> WorkflowHandle[Any, BatchResult]:
     model = options.model or ("" if is_url(policy) else policy)
     assert options.n is not None  # prepared()
-    batch = BatchInput(
-        env=options.env,
-        dataset=options.dataset,
-        dataset_options={"n": options.n, "seed": options.seed},
-        num_tasks=options.n,
-        samples_per_task=options.samples,
-        options=RolloutOptions(
-            model=ModelConfig(base_url=url, model=model, tool_format=options.tool_format),
-            limits=RolloutLimits(max_turns=options.max_turns),
-        ),
-        window=options.window or Capacity.detect().window,
-        label=policy,
+    batch = (
+        resumed_input(resume, options, url, model=model, policy=policy)
+        if resume
+        else BatchInput(
+            env=options.env,
+            dataset=options.dataset,
+            dataset_options={"n": options.n, "seed": options.seed},
+            num_tasks=options.n,
+            samples_per_task=options.samples,
+            options=RolloutOptions(
+                model=ModelConfig(base_url=url, model=model, tool_format=options.tool_format),
+                limits=RolloutLimits(max_turns=options.max_turns),
+            ),
+            window=options.window or Capacity.detect().window,
+            label=policy,
+        )
     )
     workflow_id = f"eval-{options.env}-{label}-{uuid.uuid4().hex[:8]}"
+    memo = {"resumed_from": resume.batch_id} if resume else None
     return await client.start_workflow(
         BatchRolloutWorkflow.run,
         batch,
         id=workflow_id,
         task_queue=settings.task_queue,
         search_attributes=TypedSearchAttributes(batch_search_attributes(batch, workflow_id)),
+        memo=memo,
     )
+
+
+def resumed_input(old: FoundBatch, options: EvalOptions, url: str, *, model: str, policy: str) -> BatchInput:
+    """The input of a batch resuming `old`: its tasks, samples, envs, limits and storage, this command's
+    policy endpoint and window."""
+    config = old.input.options.model.model_copy(
+        update={"base_url": url, "model": model, "tool_format": options.tool_format}
+    )
+    return old.input.model_copy(
+        update={
+            "options": old.input.options.model_copy(update={"model": config}),
+            "window": options.window or Capacity.detect().window,
+            "label": policy,
+            "resumed_from": old.batch_id,
+            "state": BatchState(),
+        }
+    )
+
+
+async def resumable(client: Client, options: EvalOptions) -> tuple[EvalOptions, FoundBatch]:
+    """The batch `options.resume` names, checked to be of `options.env`, and the options sized to it.
+
+    Raises:
+        BatchError: No such batch, another env's, a rescored one, or a baseline asked for too.
+    """
+    assert options.resume is not None
+    if options.baseline:
+        raise BatchError("--resume continues one batch: leave out --baseline (resume each batch on its own)")
+    found = await find_batch(client, options.resume)
+    check_resumable(found, BatchLayout.of(found.input).model_copy(update={"env": options.env}))
+    old = found.input
+    n = old.num_tasks or len(old.tasks) or DEFAULT_TASKS
+    return replace(options, n=n, samples=old.samples_per_task * (1 + len(old.also_envs))), found
 
 
 async def _completed(handles: list[WorkflowHandle[Any, BatchResult]]) -> Reading:
@@ -110,9 +170,13 @@ async def _completed(handles: list[WorkflowHandle[Any, BatchResult]]) -> Reading
 
 async def run_eval(options: EvalOptions, settings: Settings, *, out: TextIO = sys.stderr) -> dict[str, Any]:
     """Run the evaluation; returns the report summary (also written to `options.out`)."""
-    options = prepared(options)
-    assert options.n is not None
     client = await connect_or_start(settings, start_server=False, out=out)
+    resume: FoundBatch | None = None
+    if options.resume:
+        options, resume = await resumable(client, options)
+    else:
+        options = prepared(options)
+    assert options.n is not None
     if options.local_worker:  # its own queue: no other command's workflows, none of its own elsewhere
         settings = settings.command_queue("eval")
         scripts.note_queue_on_interrupt(settings.task_queue)
@@ -123,7 +187,8 @@ async def run_eval(options: EvalOptions, settings: Settings, *, out: TextIO = sy
         handles = {}
         for label, policy in policies.items():
             url = await stack.enter_async_context(endpoint(options.env, policy))
-            handles[label] = await _start(client, options, settings, url, label=label, policy=policy)
+            handles[label] = await _start(client, options, settings, url, label=label, policy=policy, resume=resume)
+            print(f"{label} batch {handles[label].id}: {_ui(settings, handles[label].id)}", file=out)
         total = options.n * options.samples * len(handles)
         finished = asyncio.Event()
         progress = Progress(out, total)
@@ -148,8 +213,12 @@ async def run_eval(options: EvalOptions, settings: Settings, *, out: TextIO = sy
             role=role,
             batch_id=result.batch_id,
             label=policies[role],
-            ui=f"{ui}/workflows?query=" + quote(f'GymflowBatch="{result.batch_id}"'),
+            ui=_ui(settings, result.batch_id),
             report=result.report,
+            lineage=f"resumes {result.resumed_from} ({result.carried} finished rollouts carried over)"
+            if result.resumed_from
+            else None,
+            rollout_batches=[result.batch_id, result.resumed_from] if result.resumed_from else [],
         )
         for role, result in results.items()
     ]
@@ -166,7 +235,13 @@ async def run_eval(options: EvalOptions, settings: Settings, *, out: TextIO = sy
     summary = report.model_dump(mode="json")
     summary["out_dir"] = str(out_dir)
     summary["report"] = str(out_dir / "report.html")
+    summary["results"] = {role: result.model_dump(mode="json") for role, result in results.items()}
     return summary
+
+
+def _ui(settings: Settings, batch_id: str) -> str:
+    """The batch's rollouts in the Web UI."""
+    return f"{settings.ui_url}/workflows?query=" + quote(f'GymflowBatch="{batch_id}"')
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -192,4 +267,5 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines.append(f"report: {summary['report']} (and report.json)")
     lines += [f"{b['role']} batch {b['batch_id']}: {b['ui']}" for b in summary["batches"]]
     lines += [f"{b['role']} batch report: {b['report']}" for b in summary["batches"] if b.get("report")]
+    lines += [f"{b['role']} batch {b['batch_id']} {b['lineage']}" for b in summary["batches"] if b.get("lineage")]
     return "\n".join(lines)

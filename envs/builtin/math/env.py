@@ -25,6 +25,7 @@ class MathEnv(McpEnv):
     system_prompt = SYSTEM_PROMPT
     stateless = True  # the calculator keeps no state: a lost rollout just gets a fresh server
     fused_turns = True  # tool calls may re-run: one activity per turn (gymflow.activities.turn)
+    offline_reward = True  # the reward reads the final answer alone: stored trajectories can be rescored
     mcp_servers = {"calculator": {"command": "python", "args": ["-m", "gymflow.envs.builtin.math.servers.calculator"]}}
     policies = {
         "calculator": "gymflow.envs.builtin.math.policy:CalculatorPolicy",  # solves generated tasks with the tools

@@ -36,6 +36,7 @@ class SearchEnv(McpEnv):
     system_prompt = SYSTEM_PROMPT
     stateless = True
     fused_turns = True  # tool calls may re-run: one activity per turn (gymflow.activities.turn)
+    offline_reward = True  # the reward reads the final answer alone: stored trajectories can be rescored
     mcp_servers = {"search": {"command": "python", "args": ["-m", "gymflow.envs.builtin.search.servers.search"]}}
     policies = {
         "retrieve": "gymflow.envs.builtin.search.policy:RetrievePolicy",  # retrieve, read, extract
