@@ -69,6 +69,7 @@ def run(name: str, config: dict[str, Any], address: str, tmp: Path) -> dict[str,
         "train_s": history[-1]["train_s"],
         "reward_per_step": [(int(h["step"]), h["reward"]) for h in history],
         "lag_max": max((h.get("lag_max", 0.0) for h in history), default=0.0),
+        "stale_rerun": max((h.get("stale_rerun", 0.0) for h in history), default=0.0),
         "lag_histogram": lags,
         "final": {
             k: final[k]
@@ -114,12 +115,16 @@ def main() -> int:
     parser.add_argument("--latency", type=float, default=1.0)
     parser.add_argument("--max-staleness", type=int, default=1)
     parser.add_argument("--in-flight-steps", type=int, default=2)
+    parser.add_argument("--tasks-per-step", type=int, default=8)
+    parser.add_argument("--group-size", type=int, default=8)
     args = parser.parse_args()
     from gymflow.workers.servers.temporal import temporal_binary
 
     base = yaml.safe_load((ROOT / "envs" / "examples" / "train_math.yaml").read_text())
     base["algorithm"]["steps"] = args.steps
     base["algorithm"]["checkpoint_every"] = args.steps
+    base["algorithm"]["tasks_per_step"] = args.tasks_per_step
+    base["algorithm"]["group_size"] = args.group_size
     tmp = Path(tempfile.mkdtemp(prefix="gymflow-async-rl-"))
     port = free_port()
     server = subprocess.Popen(
@@ -130,7 +135,9 @@ def main() -> int:
              ("GymflowRun", "Keyword")))],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
-    data: dict[str, Any] = {"latency_s": args.latency, "steps": args.steps}
+    data: dict[str, Any] = {"latency_s": args.latency, "steps": args.steps, "tasks_per_step": args.tasks_per_step,
+                            "group_size": args.group_size, "max_staleness": args.max_staleness,
+                            "in_flight_steps": args.in_flight_steps}  # fmt: skip
     try:
         for name, extra in (("sync", {}), ("async", {"asynchronous": True, "max_staleness": args.max_staleness,
                                                       "in_flight_steps": args.in_flight_steps})):  # fmt: skip
@@ -147,7 +154,7 @@ def main() -> int:
     args.out.write_text(json.dumps(data, indent=1))
     plot(data, args.out.with_suffix(".png"))
     print(json.dumps({k: data[k] if k in ("ratio", "latency_s") else
-                      {x: data[k][x] for x in ("train_s", "lag_max", "lag_histogram", "final")}
+                      {x: data[k][x] for x in ("train_s", "lag_max", "stale_rerun", "lag_histogram", "final")}
                       for k in ("sync", "async", "ratio", "latency_s")}, indent=1))  # fmt: skip
     return 0
 

@@ -35,7 +35,8 @@ from gymflow.workers.cli.train import start_run
 from gymflow.workers.sdk.client import run_rollout
 from gymflow.workers.sdk.training import load_run_config
 from gymflow.workers.servers.policy import PolicyServer
-from gymflow.workers.trainers.integrations.trl import GymflowRollouts, fill_masked_prompts, groups_of, record_of
+from gymflow.workers.trainers.integrations.trl import GymflowRollouts
+from gymflow.workers.trainers.integrations.trl_records import fill_masked_prompts, groups_of, record_of
 from gymflow.workers.worker import RunningWorker
 
 HERE = Path(__file__).resolve().parent

@@ -41,7 +41,7 @@ def main() -> int:
     from gymflow.envs.registry import env_class
     from gymflow.workers.config import Settings
     from gymflow.workers.trainers.integrations.examples.trl_grpo import grpo
-    from gymflow.workers.trainers.integrations.trl import unwrap
+    from gymflow.workers.trainers.integrations.trl_records import unwrap
 
     started = time.monotonic()
     tasks = list(env_class(args.env).load_dataset(args.dataset))[: args.prompts * args.steps]
