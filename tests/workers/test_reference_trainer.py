@@ -120,7 +120,7 @@ async def test_the_reference_trainer_trains_asynchronously_within_its_staleness_
         assert s["lag_max"] <= 1 and s["rollouts"] + s["infra_failed"] == 4, s  # two groups of two
         assert sum(v for k, v in s.items() if k.startswith("lag_") and k[4:].isdigit()) == 2
     # Every rollout recorded the policy version of each of its turns, never going back.
-    query = f'GymflowBatch="{spec.run_id}/async" AND WorkflowType="RolloutWorkflow" AND ExecutionStatus="Completed"'
+    query = f'TaskQueue="{worker.task_queue}" AND WorkflowType="RolloutWorkflow" AND ExecutionStatus="Completed"'
 
     async def completed() -> list[str]:
         return [e.id async for e in client.list_workflows(query)]

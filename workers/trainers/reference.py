@@ -27,6 +27,7 @@ It never sees an answer: ground truth stays in the tasks gymflow scores; only re
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import math
 import random
@@ -267,36 +268,46 @@ async def train_async(
     learn: Callable[[int, AsyncIterator[GroupResult]], Awaitable[dict[str, float]]],
     report: Callable[[int, dict[str, float], GroupStats | None], Awaitable[None]],
 ) -> None:
-    """Generate while training: groups of `in_flight_steps` steps are in flight at once, every step
-    takes the first `tasks_per_step` groups that finish (none more than `max_staleness` versions behind
-    the policy), and each new policy is announced to the rollouts still running (`policy_mode`: they
-    move to it at their next turn, or finish their turn and wait for it)."""
+    """Generate while training: the groups of the next `in_flight_steps - 1` steps play while a step
+    waits for its own and trains, and each new policy is announced to the rollouts still running
+    (`policy_mode`: they move to it at their next turn, or finish their turn and wait for it).
+
+    Every step trains on all the groups it started (none more than `max_staleness` versions behind the
+    policy, the rest played again), not on the first to finish: short episodes finish first, and a
+    step that took those would learn from a biased sample (measured: docs/benchmarks.md)."""
     algo = session.spec.config.algorithm
     policy = PolicyChannel(session.client, endpoint(_checkpoint_name(0)).model_copy(update={"version": 0}))
-    groups = session.groups(
-        tasks, concurrency=settings.in_flight_steps * algo.tasks_per_step, batch_id="async", policy=policy,
-        max_staleness=settings.max_staleness, policy_mode=settings.policy_mode,
-    )  # fmt: skip
-    batch: list[GroupResult] = []
-    lags: list[int] = []
-    step = 0
-    async for group in groups:
-        batch.append(group)
-        lags.append(group_lag(group, policy.version))
-        if len(batch) < algo.tasks_per_step:
-            continue
-        step += 1
-        scalars = await learn(step, _each(batch))
-        scalars |= {"lag_max": float(max(lags)), "lag_mean": float(np.mean(lags)),
-                    "stale_rerun": float(groups.stats.stale_rerun)}  # fmt: skip
-        scalars |= {f"lag_{lag}": float(lags.count(lag)) for lag in sorted(set(lags))}
-        batch, lags = [], []
-        await policy.announce(step, model=endpoint(_checkpoint_name(step)))
-        await report(step, scalars, None)
-        if step == algo.steps:
-            break
-    await groups.aclose()
-    await policy.cancel_running()  # the groups still in flight would train nothing now
+    pending: collections.deque[asyncio.Task[tuple[list[GroupResult], GroupStats]]] = collections.deque()
+
+    async def collect(step: int) -> tuple[list[GroupResult], GroupStats]:
+        stream = session.groups(
+            tasks, want=algo.tasks_per_step, concurrency=algo.tasks_per_step, batch_id=f"async-{step:06d}",
+            policy=policy, max_staleness=settings.max_staleness, policy_mode=settings.policy_mode,
+        )  # fmt: skip
+        return [group async for group in stream], stream.stats
+
+    def launch(step: int) -> None:
+        if step <= algo.steps:
+            pending.append(asyncio.create_task(collect(step)))
+
+    for ahead in range(1, settings.in_flight_steps + 1):
+        launch(ahead)
+    try:
+        for step in range(1, algo.steps + 1):
+            groups, stats = await pending.popleft()
+            lags = [group_lag(group, policy.version) for group in groups]
+            scalars = await learn(step, _each(groups))
+            scalars |= {"lag_max": float(max(lags, default=0)), "lag_mean": float(np.mean(lags) if lags else 0.0),
+                        "stale_rerun": float(stats.stale_rerun)}  # fmt: skip
+            scalars |= {f"lag_{lag}": float(lags.count(lag)) for lag in sorted(set(lags))}
+            await policy.announce(step, model=endpoint(_checkpoint_name(step)))
+            launch(step + settings.in_flight_steps)
+            await report(step, scalars, None)
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        await policy.cancel_running()  # groups still in flight would train nothing now
 
 
 async def _each(groups: list[GroupResult]) -> AsyncIterator[GroupResult]:
