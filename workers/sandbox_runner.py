@@ -44,6 +44,7 @@ SANDBOX_PASSTHROUGH = (
         "gymflow.workflows.budget",
         "gymflow.workflows.fused_turns",
         "gymflow.workflows.resume",
+        "gymflow.workflows.children",
     ),
     "gymflow.workflows.status",
     *("gymflow.workflows.rollout_env", "gymflow.activities.session_schema", "gymflow.workflows.spans"),

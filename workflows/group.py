@@ -21,16 +21,12 @@ gets its children cancelled, not terminated. Both record their final GymflowStat
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
-from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, TypedSearchAttributes
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
-from temporalio.workflow import ChildWorkflowCancellationType, ParentClosePolicy
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from gymflow.activities import errors, names
@@ -48,19 +44,16 @@ with workflow.unsafe.imports_passed_through():
         RolloutInput,
         batch_search_attributes,
         group_search_attributes,
-        initial_search_attributes,
-        rollout_memo,
     )
     from gymflow.activities.storage import LoadTasksInput, StorageActivities, WriteJsonlInput
-    from gymflow.envs.contract import Reward, Task, TerminationReason, Trajectory, json_bytes
+    from gymflow.envs.contract import Reward, Task, Trajectory, json_bytes
     from gymflow.envs.rewards.group import group_advantages
     from gymflow.workflows import status
     from gymflow.workflows.activity_calls import describe, error_type, execute
+    from gymflow.workflows.children import cancel_children, run_child, tell
     from gymflow.workflows.resume import BATCH_RESUME, after_done, carry_over, lineage
-    from gymflow.workflows.rollout import RolloutWorkflow
 
 
-CHILD_RETRY = RetryPolicy(maximum_attempts=1)
 BATCH_PART_BYTES = "batch-part-bytes"
 """Patch id: a batch sizes its JSONL parts in bytes, not characters."""
 BATCH_REPORT = "batch-report"
@@ -71,64 +64,6 @@ TASK_PAGE = 256
 PARENT_STATUS = "parent-status"
 """Patch id: groups and batches set their start search attributes and a final GymflowStatus, and
 cancel their children (and wait for them) when cancelled."""
-CHILD_CANCEL_TIMEOUT = timedelta(minutes=2)
-"""How long a cancelled parent waits for its children to finish their cancellation (release their
-servers) before it closes; the children go on cancelling after that in any case."""
-
-
-def failed_trajectory(rollout: RolloutInput, rollout_id: str, error: ChildWorkflowError) -> Trajectory:
-    """A child that failed outright (not an infra-flagged result) as an infra-failed trajectory."""
-    return Trajectory(
-        rollout_id=rollout_id,
-        task_id=rollout.task.id,
-        env=rollout.env,
-        model=rollout.model.model,
-        messages=[],
-        termination=TerminationReason.ENV_ERROR,
-        infra_failed=True,
-        error=f"rollout workflow failed: {error.cause or error}",
-    )
-
-
-async def run_child(rollout: RolloutInput, child_id: str) -> Trajectory:
-    """Run one rollout as a child; invalid input fails the parent, other child failures are data."""
-    try:
-        return await workflow.execute_child_workflow(
-            RolloutWorkflow.run,
-            rollout,
-            id=child_id,
-            retry_policy=CHILD_RETRY,
-            search_attributes=TypedSearchAttributes(initial_search_attributes(rollout)),
-            memo=rollout_memo(rollout),
-            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
-            cancellation_type=ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
-            static_summary=f"{rollout.env} rollout of task {rollout.task.id}",
-        )
-    except ChildWorkflowError as exc:
-        cause = exc.cause
-        if isinstance(cause, ApplicationError) and cause.type == errors.INVALID_INPUT:
-            raise ApplicationError(cause.message, type=errors.INVALID_INPUT, non_retryable=True) from exc
-        return failed_trajectory(rollout, child_id, exc)
-
-
-async def _tell(child_id: str, update: PolicyUpdate) -> None:
-    """Pass a policy announcement to a running rollout; one that closed meanwhile needs none."""
-    with contextlib.suppress(FailureError):
-        await workflow.get_external_workflow_handle(child_id).signal(names.POLICY_SIGNAL, update)
-
-
-async def cancel_children(children: Sequence[asyncio.Task[Any]]) -> None:
-    """Ask every running child to cancel, and wait (bounded) until they have closed.
-
-    Cancelling the task that awaits a child sends the child a cancellation request; the task then
-    waits until the child has closed (`WAIT_CANCELLATION_COMPLETED`), i.e. has run its own
-    cancellation path and released its servers.
-    """
-    running = [child for child in children if not child.done()]
-    for child in running:
-        child.cancel()
-    if running:
-        await workflow.wait(running, timeout=CHILD_CANCEL_TIMEOUT.total_seconds())
 
 
 @workflow.defn(name=names.GROUP_WORKFLOW)
@@ -146,7 +81,7 @@ class GroupRolloutWorkflow:
             return
         self._policy = update
         running = [child_id for child_id, child in self._children.items() if not child.done()]
-        await asyncio.gather(*(_tell(child_id, update) for child_id in running))
+        await asyncio.gather(*(tell(child_id, update) for child_id in running))
 
     @workflow.run
     async def run(self, input: GroupInput) -> GroupResult:
