@@ -84,6 +84,8 @@ class EnvInfo(BaseModel):
     servers: dict[str, str] = Field(default_factory=dict)
     """MCP server name -> how it is started or reached (McpEnv)."""
     system_prompt: str = ""
+    node: list[str] = Field(default_factory=list)
+    """What this node gives the env (`BaseEnv.node_facts`)."""
 
 
 async def describe(name: str, *, tools_timeout_s: float = TOOLS_TIMEOUT_S) -> EnvInfo:
@@ -132,8 +134,10 @@ async def _describe(
         system_prompt=cls.system_prompt,
         dataset_doc=inspect.getdoc(cls.load_dataset) or "",
     )
-    tools, tasks = await asyncio.gather(
-        _tools(name, cls, tools_timeout_s, shared), asyncio.to_thread(_count_tasks, cls)
+    tools, tasks, info.node = await asyncio.gather(
+        _tools(name, cls, tools_timeout_s, shared),
+        asyncio.to_thread(_count_tasks, cls),
+        asyncio.to_thread(cls.node_facts),
     )
     info.tools, info.tools_declared, info.tools_error = tools
     info.tasks, info.dataset_error = tasks

@@ -265,6 +265,12 @@ class BaseEnv(ABC):
         return None
 
     @classmethod
+    def node_facts(cls) -> list[str]:
+        """Lines `gymflow envs show` prints under "this node": what the node gives this env (its
+        container engine, the disk cap it can hold, ...). Empty by default."""
+        return []
+
+    @classmethod
     def baseline_policy(cls, name: str = "default") -> Any:
         """The scripted policy `name` of `policies` (see gymflow.envs.policy): `default` is the first, `null`
         exists everywhere. Raises `gymflow.envs.errors.NoBaselinePolicy` / `UnknownPolicy` (UserErrors)."""

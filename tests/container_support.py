@@ -1,6 +1,8 @@
 """Container test fixtures (imported by the runtime and harbor conftests).
 
-A real podman, a fresh node id per test, nothing left behind.
+A real engine, a fresh node id per test, nothing left behind. The engine is the one gymflow itself
+picks (`GYMFLOW_CONTAINER_ENGINE`: podman by default, where installed); .ci/run runs the container
+and Harbor tests a second time with `GYMFLOW_CONTAINER_ENGINE=docker` against a dockerd it starts.
 
 The tests skip when no engine is installed, naming the install command; with
 `GYMFLOW_CONTAINER_TEST_REQUIRE` set (.ci/run sets it once it installed the engine) they fail instead.
@@ -21,7 +23,7 @@ import figures
 import pytest
 
 from gymflow.envs.runtime.container import ContainerRuntime
-from gymflow.envs.runtime.engine import INSTALL_HINT, LABEL_MARKER, LABEL_NODE, Engine
+from gymflow.envs.runtime.engine import INSTALL_HINT, LABEL_MARKER, LABEL_NODE, Engine, EngineUnavailable
 from gymflow.envs.runtime.images import ensure_base
 from gymflow.envs.runtime.reaper import reap
 
@@ -36,12 +38,18 @@ BOOTSTRAP_BUDGET_S = 900
 
 
 def engine_or_skip() -> Engine:
-    if shutil.which("podman") is None or shutil.which("mkfs.ext4") is None:
-        message = f"no container engine on this machine: {INSTALL_HINT}"
-        if os.environ.get(REQUIRE_ENV):
-            pytest.fail(f"{message} ({REQUIRE_ENV} is set: the container tests are required)")
-        pytest.skip(message)
-    return Engine.detect("podman")
+    """The engine under test (as `Engine.detect()` finds it), or a skip naming the install command."""
+    try:
+        engine = Engine.detect()
+    except EngineUnavailable as exc:
+        message = str(exc)
+    else:
+        if shutil.which("mkfs.ext4") is not None:
+            return engine
+        message = f"mkfs.ext4 is missing: {INSTALL_HINT}"
+    if os.environ.get(REQUIRE_ENV):
+        pytest.fail(f"{message} ({REQUIRE_ENV} is set: the container tests are required)")
+    pytest.skip(message)
 
 
 def add_bootstrap_budget(items: list[pytest.Item]) -> None:
@@ -71,7 +79,7 @@ async def leftovers(engine: Engine, node_id: str) -> list[str]:
 async def runtime(base_image: str) -> AsyncIterator[ContainerRuntime]:
     """A runtime on a node of its own; the test fails if any container of that node survives it."""
     node = f"test-{uuid.uuid4().hex[:8]}"
-    rt = ContainerRuntime(node_id=node, state_root=STATE_ROOT)
+    rt = ContainerRuntime(node_id=node, state_root=STATE_ROOT, engine=engine_or_skip())
     try:
         yield rt
     finally:

@@ -55,7 +55,11 @@ class Limits(Wire):
     """Memory including the page cache the sandbox dirties; no swap. Past it the kernel kills the
     largest process inside (`ExecResult.oom_killed`)."""
     storage_mb: int = Field(default=10240, ge=16)
-    """Disk the sandbox may write (its whole writable filesystem and its workspace)."""
+    """Disk the sandbox may write (its whole writable filesystem and its workspace). How it is held
+    depends on the node's engine (gymflow.envs.runtime.diskwatch.DiskGuarantee)."""
+    storage_hard: bool = False
+    """Writes must fail at `storage_mb` (ENOSPC). A node that can only watch the writable layer and kill
+    a container past the cap (docker on ext4) refuses such a rollout before starting it."""
     pids: int = Field(default=512, ge=8)
     """Processes and threads alive at once inside the sandbox: a fork bomb stops here."""
     nofile: int = Field(default=4096, ge=64)
@@ -92,6 +96,9 @@ class ExecResult(Wire):
     """Output was cut to the limit (the start and the end are kept)."""
     oom_killed: bool = False
     """The kernel killed a process of the sandbox for memory during this command."""
+    disk_exceeded: bool = False
+    """The sandbox's writes passed its disk cap on a node that watches the disk: the container was
+    killed, and this command (and every later one) did not run to its end."""
     duration_s: float = 0.0
 
     @property

@@ -87,6 +87,20 @@ def kill_group_from_host(cgroup: str, pgid: int) -> bool:
     return False
 
 
+def cgroup_of_pid(pid: int) -> str:
+    """The memory cgroup of host process `pid` (cgroup v1), else its unified one (v2); "" if unreadable."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return ""
+    by_controller = {}
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else [""]:
+            by_controller[controller] = path
+    return by_controller.get("memory", by_controller.get("", ""))
+
+
 def oom_kills(cgroup: str) -> int:
     """OOM kills so far in the container's memory cgroup (0 when it cannot be read)."""
     relative = cgroup.lstrip("/")
@@ -150,7 +164,9 @@ class ContainerExec:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(process.wait(), _KILL_TIMEOUT_S)
         code = None if timed_out else process.returncode
-        if not timed_out and err.pid is None and code in {125, 126, 127}:
+        # The wrapper never announced itself: the command never started (podman exits 125-127 then,
+        # docker 1, e.g. "Error response from daemon: Container ... is not running").
+        if not timed_out and err.pid is None and code != 0:
             detail = err.output.text().strip()[-1000:]
             raise SandboxError(f"cannot run in container {self.container} ({code}): {detail}")
         return ExecResult(

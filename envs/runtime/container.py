@@ -1,17 +1,20 @@
-"""The container runtime: one podman container per rollout, from a warm pool where one is ready.
+"""The container runtime: one container per rollout (podman or docker), from a warm pool where one is ready.
 
 A rollout's container:
 
-* runs the task's image on a root of its own whose writes are capped at `storage_mb`
-  (gymflow.envs.runtime.disk explains why a loop-mounted filesystem: no quota support on these nodes);
+* has its writes capped at `storage_mb`, as hard as its engine allows (gymflow.envs.runtime.diskwatch
+  states the guarantee): under podman it runs on a root of its own whose writes land on a
+  loop-mounted ext4 (gymflow.envs.runtime.disk explains why: no quota support on these nodes);
+  under docker, which has no `--rootfs`, it runs the image itself, its workspace on that ext4 and its
+  writable layer capped by `--storage-opt size` where the daemon takes it, else watched;
 * has `--cpus`, `--memory` (= `--memory-swap`: no swap), `--pids-limit` and matching
   `--ulimit nproc`, `no-new-privileges`, and `--network none` unless `Limits.network` (the
   engine's default network) or `Limits.network_allow` (that network, egress only to the listed
   destinations: gymflow.envs.runtime.egress loads the rules before the container is handed out);
 * mounts nothing from the host but the rollout's workspace (`RolloutSpec.workspace_mount`), which
-  lives on the same capped filesystem; the host path the caller names becomes a symlink to it;
-* keeps a `sleep infinity` under podman's init (catatonit reaps what commands leave behind); every
-  command is a `podman exec`, run as a new session whose process group a timeout kills;
+  lives on the capped filesystem; the host path the caller names becomes a symlink to it;
+* keeps a `sleep infinity` under the engine's init (catatonit, docker-init: they reap what commands
+  leave behind); every command is an `exec`, run as a new session whose process group a timeout kills;
 * carries labels: the gymflow marker, the node, the rollout (cold starts), the runtime instance
   that made it and its state directory. A warm-pool container is made before its rollout is known
   and labels cannot change, so taking one writes the rollout id to `<state>/rollout`, which the
@@ -20,9 +23,6 @@ A rollout's container:
 The warm pool keeps `pool_size` started containers per (image, limits, workdir, env, mount); a
 taken container is replaced in the background and never given to a second rollout: release
 removes it.
-
-Docker has no `--rootfs`, so this runtime takes podman only for now (`Engine.detect` finds docker
-too, for the day a docker disk cap exists).
 """
 
 from __future__ import annotations
@@ -37,28 +37,20 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gymflow.envs.errors import SandboxError, UserError
+from gymflow.envs.errors import SandboxError
 from gymflow.envs.runtime import egress, owners
 from gymflow.envs.runtime.base import (
     DEFAULT_MAX_OUTPUT_BYTES,
     ExecResult,
-    Limits,
     RolloutSpec,
     Runtime,
     Sandbox,
     StdioCommand,
 )
-from gymflow.envs.runtime.cexec import ContainerExec
+from gymflow.envs.runtime.cexec import ContainerExec, cgroup_of_pid
 from gymflow.envs.runtime.disk import RolloutDisk
-from gymflow.envs.runtime.engine import (
-    LABEL_MARKER,
-    LABEL_NODE,
-    LABEL_OWNER,
-    LABEL_ROLLOUT,
-    LABEL_STATE,
-    Engine,
-    client_dir,
-)
+from gymflow.envs.runtime.diskwatch import DiskCapUnavailable, DiskGuarantee, DiskWatch, probe_storage_opt
+from gymflow.envs.runtime.engine import Engine, client_dir, label_flags, limit_flags
 from gymflow.envs.runtime.transport import server_env
 
 log = logging.getLogger(__name__)
@@ -85,6 +77,9 @@ class ContainerSandbox(Sandbox):
         self.rollout_id = ""
         self.node_id = runtime.node_id
         self.workspace = disk.workspace
+        self.watch: DiskWatch | None = None
+        self.disk_exceeded = ""
+        """Set when the disk watch killed the container: what every later command reports."""
         self._released = False
 
     async def exec(
@@ -99,9 +94,13 @@ class ContainerSandbox(Sandbox):
     ) -> ExecResult:
         if self._released:
             raise SandboxError(f"container {self.name} was released")
+        if self.disk_exceeded:
+            return ExecResult(exit_code=None, stderr=self.disk_exceeded, disk_exceeded=True)
         result = await self.executor.exec(
             argv, stdin=stdin, timeout_s=timeout_s, max_output_bytes=max_output_bytes, cwd=cwd, env=env
         )
+        if self.disk_exceeded:  # killed under the command
+            return result.model_copy(update={"disk_exceeded": True, "stderr": result.stderr + self.disk_exceeded})
         # A command killed by a signal (137: the container's init was killed with it) or an engine
         # failure: tell a dead container from a command that died, so no result of a dead container
         # reads as the command's.
@@ -139,10 +138,22 @@ class ContainerSandbox(Sandbox):
         if not done.ok:
             raise SandboxError(f"`{' '.join(argv)}` failed in {self.name}: {done.stderr.strip()[-500:]}")
 
+    async def exceeded(self, used: int) -> None:
+        """The disk watch found the container's writes past its cap: kill it, and say so from now on."""
+        cap = self.runtime.storage_mb.get(self.name, 0)
+        self.disk_exceeded = (
+            f"[the container's writes reached {used / 2**20:.0f} MB, past its disk cap of {cap} MB: "
+            "it was stopped, and nothing more runs in it]"
+        )
+        log.warning("container %s of rollout %s passed its disk cap: killed", self.name, self.rollout_id)
+        await self.engine.run(["kill", self.name], check=False, timeout_s=30)
+
     async def release(self) -> None:
         if self._released:
             return
         self._released = True
+        if self.watch is not None:
+            await self.watch.stop()
         await self.engine.remove([self.name])
         await self.disk.destroy()
         self.runtime.forget(self)
@@ -166,8 +177,6 @@ class ContainerRuntime(Runtime):
         keepalive: Sequence[str] = KEEPALIVE,
     ) -> None:
         self.engine = engine or Engine.detect()
-        if self.engine.kind != "podman":
-            raise UserError("the container runtime needs podman (its disk cap runs the container on --rootfs)")
         self.node_id = node_id
         self.state_root = state_root
         self.state_dir = state_root / node_id
@@ -182,6 +191,9 @@ class ContainerRuntime(Runtime):
         self._filling: dict[PoolKey, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._live: dict[str, ContainerSandbox] = {}
+        self.storage_mb: dict[str, int] = {}
+        """Each live container's cap, for the messages of the disk watch."""
+        self._guarantee: DiskGuarantee | None = DiskGuarantee.HARD_ROOT if self.engine.kind == "podman" else None
         self._closed = False
 
     async def start(self, spec: RolloutSpec) -> ContainerSandbox:
@@ -193,6 +205,11 @@ class ContainerRuntime(Runtime):
         if not workspace.is_absolute():
             raise ValueError(f"the workspace must be an absolute path, got {spec.workspace!r}")
         check_workspace(workspace)
+        if spec.limits.storage_hard and not (guarantee := await self.disk_guarantee(spec.image)).hard:
+            raise DiskCapUnavailable(
+                f"the task needs writes to fail at its disk cap (storage_hard) and this node's {self.engine.kind} "
+                f"gives only {guarantee.describe()}; run it on a podman node or a docker on XFS with project quotas"
+            )
         key = pool_key(spec)
         ready = self._pools.get(key, [])
         sandbox = ready.pop(0) if ready else None
@@ -219,6 +236,15 @@ class ContainerRuntime(Runtime):
             await asyncio.wait(
                 set(self._tasks), timeout=max(0.0, deadline - time.monotonic()), return_when="FIRST_COMPLETED"
             )
+
+    async def disk_guarantee(self, image: str) -> DiskGuarantee:
+        """What this node promises about disk caps (docker: tried once, with a container created from `image`
+        and never started)."""
+        if self._guarantee is None:
+            async with self._image_lock:
+                if self._guarantee is None:
+                    self._guarantee = await probe_storage_opt(self.engine, image)
+        return self._guarantee
 
     def ready(self, spec: RolloutSpec) -> int:
         """Started containers waiting for rollouts like `spec`."""
@@ -249,6 +275,7 @@ class ContainerRuntime(Runtime):
 
     def forget(self, sandbox: ContainerSandbox) -> None:
         self._live.pop(sandbox.name, None)
+        self.storage_mb.pop(sandbox.name, None)
 
     def _refill(self, spec: RolloutSpec) -> None:
         key = pool_key(spec)
@@ -274,15 +301,16 @@ class ContainerRuntime(Runtime):
 
     async def _create(self, spec: RolloutSpec, *, rollout_id: str) -> ContainerSandbox:
         assert spec.image is not None
+        podman = self.engine.kind == "podman"
         lower, config = await self._image(spec.image)
+        guarantee = await self.disk_guarantee(spec.image)
         name = f"gymflow-{uuid.uuid4().hex[:12]}"
         disk = RolloutDisk(self.state_dir / name)
-        await disk.create(lower=lower, size_mb=spec.limits.storage_mb)
+        await disk.create(lower=lower if podman else None, size_mb=spec.limits.storage_mb)
         workdir = spec.workdir or str(config.get("WorkingDir") or "") or "/"
         try:
-            (disk.root / workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)  # --rootfs does not create it
             args = ["run", "-d", "--name", name, *self.engine.run_flags(), "--init"]
-            args += labels(self.node_id, rollout_id, self.owner, str(disk.path))
+            args += label_flags(self.node_id, rollout_id, self.owner, str(disk.path))
             args += limit_flags(spec.limits)
             args += ["--security-opt", "no-new-privileges", "--hostname", "sandbox", "--workdir", workdir]
             args += ["-v", f"{disk.workspace}:{spec.workspace_mount}"]
@@ -292,12 +320,23 @@ class ContainerRuntime(Runtime):
             image_env = [e for e in listed if isinstance(e, str)] if isinstance(listed, list) else []
             for item in [*image_env, *(f"{k}={v}" for k, v in spec.env.items())]:
                 args += ["--env", item]
-            # `--rootfs` is a switch: the root's path is the first positional argument, then the command.
-            await self.engine.run([*args, "--rootfs", str(disk.root), *self.keepalive], timeout_s=START_TIMEOUT_S)
-            state = await self.engine.run(["inspect", "--format", "{{.State.CgroupPath}} {{.State.Pid}}", name])
-            cgroup, _, pid = state.stdout.strip().rpartition(" ")
+            if podman:
+                (disk.root / workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)  # --rootfs does not create it
+                # `--rootfs` is a switch: the root's path is the first positional argument, then the command.
+                args += ["--rootfs", str(disk.root)]
+            else:
+                if guarantee is DiskGuarantee.HARD_LAYER:
+                    args += ["--storage-opt", f"size={spec.limits.storage_mb}m"]
+                args += ["--entrypoint", self.keepalive[0], spec.image]
+            keepalive = self.keepalive if podman else self.keepalive[1:]
+            await self.engine.run([*args, *keepalive], timeout_s=START_TIMEOUT_S)
+            fmt = "{{.State.Pid}} {{.GraphDriver.Data.UpperDir}}"
+            state = await self.engine.run(["inspect", "--format", fmt, name])
+            pid_text, _, upper = state.stdout.strip().partition(" ")
+            pid = int(pid_text)
+            cgroup = await self._cgroup(name, pid)
             if allowed is not None:  # before anything runs in it but its keepalive
-                await egress.apply(int(pid), allowed)
+                await egress.apply(pid, allowed)
         except BaseException:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._discard(name, disk))
@@ -305,20 +344,36 @@ class ContainerRuntime(Runtime):
         sandbox = ContainerSandbox(
             self, name=name, disk=disk, workdir=workdir, mount=spec.workspace_mount, cgroup=cgroup
         )
+        if guarantee is DiskGuarantee.WATCHED:
+            cap = spec.limits.storage_mb * 2**20
+            sandbox.watch = DiskWatch(
+                layer=Path(upper), workspace_used=disk.used_bytes, cap_bytes=cap, on_exceeded=sandbox.exceeded
+            )
+            sandbox.watch.start()
         self._live[name] = sandbox
+        self.storage_mb[name] = spec.limits.storage_mb
         return sandbox
+
+    async def _cgroup(self, name: str, pid: int) -> str:
+        """The container's cgroup path (podman reports it; for docker, its first process's memory cgroup)."""
+        if self.engine.kind == "podman":
+            return (await self.engine.run(["inspect", "--format", "{{.State.CgroupPath}}", name])).stdout.strip()
+        return cgroup_of_pid(pid)
 
     async def _discard(self, name: str, disk: RolloutDisk) -> None:
         await self.engine.remove([name])
         await disk.destroy()
 
     async def _image(self, image: str) -> tuple[str, dict[str, object]]:
-        """The image's mounted root (the overlay's lower layer) and its config, mounted once per runtime."""
+        """The image's mounted root (podman: the overlay's lower layer, mounted once per runtime; docker: "")
+        and its config."""
         async with self._image_lock:
             if image not in self._image_roots:
                 config = await self.engine.image_config(image)
-                mounted = await self.engine.run(["image", "mount", image])
-                self._image_roots[image] = (mounted.stdout.strip(), config)
+                root = ""
+                if self.engine.kind == "podman":
+                    root = (await self.engine.run(["image", "mount", image])).stdout.strip()
+                self._image_roots[image] = (root, config)
         return self._image_roots[image]
 
 
@@ -346,15 +401,3 @@ def link_workspace(workspace: Path, target: Path) -> None:
 def pool_key(spec: RolloutSpec) -> PoolKey:
     env = json.dumps(spec.env, sort_keys=True)
     return (spec.image or "", spec.limits.model_dump_json(), spec.workdir or "", env, spec.workspace_mount)
-
-
-def labels(node_id: str, rollout_id: str, owner: str, state: str) -> list[str]:
-    pairs = {LABEL_MARKER: "1", LABEL_NODE: node_id, LABEL_ROLLOUT: rollout_id, LABEL_OWNER: owner, LABEL_STATE: state}
-    return [arg for key, value in pairs.items() for arg in ("--label", f"{key}={value}")]
-
-
-def limit_flags(limits: Limits) -> list[str]:
-    memory = f"{limits.memory_mb}m"
-    flags = ["--cpus", f"{limits.cpus:g}", "--memory", memory, "--memory-swap", memory]
-    flags += ["--pids-limit", str(limits.pids), "--ulimit", f"nproc={limits.pids}:{limits.pids}"]
-    return flags if limits.network or limits.network_allow else [*flags, "--network", "none"]

@@ -11,6 +11,9 @@ filesystem of its own: a sparse file of `storage_mb` formatted ext4 and loop-mou
   cap;
 * `ws/`: the rollout's workspace, bind-mounted into the container, capped by the same filesystem.
 
+Docker has no `--rootfs`: under docker the same filesystem holds only `ws/` (the workspace, capped
+hard), and the container's writable layer is watched instead (gymflow.envs.runtime.diskwatch).
+
 It costs a `mkfs.ext4` and two mounts per container (a sparse file: no space is used up front) and a
 loop device while the container lives; the loop device detaches itself on unmount (`-o loop`
 sets autoclear). Everything sits in one directory per container, so the reaper can unmount and
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 from pathlib import Path
 
@@ -39,8 +43,9 @@ class RolloutDisk:
         self.root = path / "root"
         self.workspace = self.mountpoint / "ws"
 
-    async def create(self, *, lower: str, size_mb: int) -> None:
-        """Make the capped filesystem and the overlay root over `lower` (an image's mounted root).
+    async def create(self, *, lower: str | None, size_mb: int) -> None:
+        """Make the capped filesystem and the overlay root over `lower` (an image's mounted root; None:
+        the capped filesystem and its workspace only).
 
         Raises:
             SandboxError: A host tool failed (mkfs, mount); what was made is undone.
@@ -56,12 +61,19 @@ class RolloutDisk:
             await host(["mount", "-o", "loop", str(self.image), str(self.mountpoint)])
             for sub in ("upper", "work", "ws"):
                 (self.mountpoint / sub).mkdir()
+            if lower is None:
+                return
             options = f"lowerdir={lower},upperdir={self.mountpoint / 'upper'},workdir={self.mountpoint / 'work'}"
             await host(["mount", "-t", "overlay", "overlay", "-o", options, str(self.root)])
         except BaseException:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.destroy())
             raise
+
+    def used_bytes(self) -> int:
+        """Bytes in use on the capped filesystem (its own metadata included)."""
+        stats = os.statvfs(self.mountpoint)
+        return (stats.f_blocks - stats.f_bfree) * stats.f_frsize
 
     async def destroy(self) -> None:
         """Unmount and delete everything (idempotent; a busy mount is detached lazily)."""

@@ -13,10 +13,17 @@ Why the CLI rather than the Docker Engine API (docker-py, aiodocker):
   same in podman and docker, so one code path drives both.
 The cost is one process per engine call; `bench/containers.py` measures it.
 
-Engine settings: `GYMFLOW_CONTAINER_ENGINE` (or `Engine.detect(binary=...)`) names the binary; by
-default podman, else docker, from the PATH. For podman the OCI runtime is chosen too: `runc` when it
-is installed (crun, podman's usual default, fails on cgroup v1 kernels), overridden by
-`GYMFLOW_OCI_RUNTIME` or `oci_runtime=` (`""` for the engine's default).
+Engine settings: `GYMFLOW_CONTAINER_ENGINE` (or `Engine.detect(binary=...)`) is `podman`, `docker`, a
+path to either, or `auto` (the default): podman when it is installed (it needs no daemon), else
+docker when its daemon answers. A `docker` CLI whose daemon does not answer is no engine: a machine
+may carry the client alone, and every container start would fail later. For podman the OCI runtime
+is chosen too: `runc` when it is installed (crun, podman's usual default, fails on cgroup v1
+kernels), overridden by `GYMFLOW_OCI_RUNTIME` or `oci_runtime=` (`""` for the engine's default).
+
+Docker differences this module absorbs: builds run with `DOCKER_BUILDKIT=0` unless the caller's
+environment says otherwise (a Docker CLI without the buildx plugin refuses to build at all under
+BuildKit, and the classic builder resolves `FROM` to local images without a registry); `rm -f`
+needs no grace flag.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import os
 import resource
 import shutil
 import signal
+import subprocess
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,13 +43,13 @@ from pathlib import Path
 from typing import Literal
 
 from gymflow.envs.errors import EngineError, EngineUnavailable
-from gymflow.envs.runtime.base import CappedOutput, drain, feed_stdin
+from gymflow.envs.runtime.base import CappedOutput, Limits, drain, feed_stdin
 
 ENGINE_ENV = "GYMFLOW_CONTAINER_ENGINE"
 """Names the engine binary (a name on the PATH or a path)."""
 OCI_RUNTIME_ENV = "GYMFLOW_OCI_RUNTIME"
 """Names podman's OCI runtime (`runc`, `crun`; empty for podman's default)."""
-INSTALL_HINT = "apt-get install podman runc mmdebstrap e2fsprogs"
+INSTALL_HINT = "apt-get install podman runc mmdebstrap e2fsprogs (or docker.io with dockerd running)"
 """What installs an engine on a Debian node."""
 
 CLIENT_DIR = Path(tempfile.gettempdir()) / "gymflow-engine"
@@ -59,6 +67,8 @@ LABEL_OWNER = "gymflow.owner"
 LABEL_STATE = "gymflow.state"
 """The host directory holding the container's disk and mounts (the reaper unmounts it)."""
 
+DAEMON_CHECK_TIMEOUT_S = 10.0
+"""How long `detect` waits for a docker daemon's version."""
 ENGINE_OUTPUT_BYTES = 256 * 1024
 """Output kept of one engine command (build logs are the long ones)."""
 
@@ -92,22 +102,33 @@ class Engine:
 
     @classmethod
     def detect(cls, binary: str | None = None, *, oci_runtime: str | None = None) -> Engine:
-        """The engine named by `binary` or `GYMFLOW_CONTAINER_ENGINE`, else podman, else docker.
+        """The engine named by `binary` or `GYMFLOW_CONTAINER_ENGINE`, else (`auto`) podman, else docker
+        whose daemon answers.
 
         Raises:
-            EngineUnavailable: None is installed (the message names the install command).
+            EngineUnavailable: None is installed, or the docker named has no daemon (the message names
+                the fix).
         """
-        wanted = binary or os.environ.get(ENGINE_ENV) or None
-        candidates = [wanted] if wanted else ["podman", "docker"]
+        wanted = binary or os.environ.get(ENGINE_ENV) or "auto"
+        candidates = ["podman", "docker"] if wanted == "auto" else [wanted]
+        silent: list[str] = []
         for name in candidates:
             path = shutil.which(name)
-            if path is not None:
-                kind: Literal["podman", "docker"] = "docker" if "docker" in os.path.basename(path) else "podman"
-                runtime = oci_runtime if oci_runtime is not None else os.environ.get(OCI_RUNTIME_ENV)
-                if runtime is None and kind == "podman" and shutil.which("runc"):
-                    runtime = "runc"
-                return cls(path, kind=kind, oci_runtime=runtime)
-        named = f"{wanted!r} is not" if wanted else "neither podman nor docker is"
+            if path is None:
+                continue
+            kind: Literal["podman", "docker"] = "docker" if "docker" in os.path.basename(path) else "podman"
+            if kind == "docker":
+                why = docker_daemon_problem(path)
+                if why is not None:
+                    silent.append(why)
+                    continue
+            runtime = oci_runtime if oci_runtime is not None else os.environ.get(OCI_RUNTIME_ENV)
+            if runtime is None and kind == "podman" and shutil.which("runc"):
+                runtime = "runc"
+            return cls(path, kind=kind, oci_runtime=runtime)
+        if silent:
+            raise EngineUnavailable(f"no container engine: {'; '.join(silent)}")
+        named = f"{wanted!r} is not" if wanted != "auto" else "neither podman nor docker is"
         raise EngineUnavailable(f"no container engine: {named} on the PATH (install one: {INSTALL_HINT})")
 
     async def run(
@@ -127,6 +148,7 @@ class Engine:
             self.binary,
             *args,
             cwd=client_dir(),
+            env=self.client_env(),
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -151,6 +173,18 @@ class Engine:
             tail = (done.stderr.strip() or done.stdout.strip())[-2000:]
             raise EngineError(f"`{self.kind} {' '.join(args[:3])}` failed ({done.returncode}): {tail}")
         return done
+
+    def client_env(self) -> dict[str, str]:
+        """The environment of an engine client process (docker: the classic builder unless told)."""
+        env = dict(os.environ)
+        if self.kind == "docker":
+            env.setdefault("DOCKER_BUILDKIT", "0")
+        return env
+
+    async def container_pid(self, name: str) -> int:
+        """The host pid of a running container's first process."""
+        done = await self.run(["inspect", "--format", "{{.State.Pid}}", name])
+        return int(done.stdout.strip() or 0)
 
     def run_flags(self) -> list[str]:
         """Flags every `run` gets: the OCI runtime, and ulimits given explicitly (the default raise of
@@ -209,6 +243,32 @@ class Engine:
             await self.run(["rm", "-f", *grace, *names], timeout_s=60, check=False)
 
 
+_daemon_checked: dict[str, str | None] = {}
+
+
+def docker_daemon_problem(binary: str) -> str | None:
+    """Why the docker CLI at `binary` cannot reach a daemon (None: one answers). Asked once per process
+    for a daemon that answers; a silent one is asked again next time (it may have been started since)."""
+    if _daemon_checked.get(binary, "") is None:
+        return None
+    try:
+        done = subprocess.run(
+            [binary, "version", "--format", "{{.Server.Version}}"],
+            capture_output=True, text=True, timeout=DAEMON_CHECK_TIMEOUT_S, cwd=client_dir(), check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the docker CLI at {binary} got no answer from a daemon ({exc})"
+    if done.returncode != 0 or not done.stdout.strip():
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        detail = done.stderr.strip().splitlines()[-1:] or ["no server version"]
+        return (
+            f"the docker CLI at {binary} reaches no daemon at {host} ({detail[0]}); start dockerd "
+            f"(`apt-get install docker.io`, then `dockerd &` or `systemctl start docker`) or install podman"
+        )
+    _daemon_checked[binary] = None
+    return None
+
+
 def client_dir() -> Path:
     """`CLIENT_DIR`, created on first use."""
     CLIENT_DIR.mkdir(parents=True, exist_ok=True)
@@ -220,3 +280,15 @@ def kill_session(process: asyncio.subprocess.Process) -> None:
     if process.returncode is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
+
+
+def label_flags(node_id: str, rollout_id: str, owner: str, state: str) -> list[str]:
+    pairs = {LABEL_MARKER: "1", LABEL_NODE: node_id, LABEL_ROLLOUT: rollout_id, LABEL_OWNER: owner, LABEL_STATE: state}
+    return [arg for key, value in pairs.items() for arg in ("--label", f"{key}={value}")]
+
+
+def limit_flags(limits: Limits) -> list[str]:
+    memory = f"{limits.memory_mb}m"
+    flags = ["--cpus", f"{limits.cpus:g}", "--memory", memory, "--memory-swap", memory]
+    flags += ["--pids-limit", str(limits.pids), "--ulimit", f"nproc={limits.pids}:{limits.pids}"]
+    return flags if limits.network or limits.network_allow else [*flags, "--network", "none"]

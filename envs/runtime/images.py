@@ -13,6 +13,8 @@
   `FROM debian:bookworm-slim` resolves to it). Any other missing base is a `BuildError` naming it:
   such images are for the user's registry (`podman pull`/`load` on the node). `RUN apt-get ...`
   lines still work: builds have a network, rollouts do not.
+* A node with both engines moves a base image the other engine already has (`save` then `load`,
+  seconds) before it bootstraps one (minutes).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from gymflow.envs.errors import BuildError, EngineError
+from gymflow.envs.errors import BuildError, EngineError, EngineUnavailable
 from gymflow.envs.runtime.engine import LABEL_MARKER, Engine
 
 BASE_IMAGES: dict[str, str] = {
@@ -159,8 +161,23 @@ async def ensure_base(engine: Engine, ref: str, *, state_dir: Path) -> None:
             f"only {', '.join(sorted(BASE_IMAGES))}"
         )
     async with node_lock(name, state_dir, timeout_s=BOOTSTRAP_TIMEOUT_S):
-        if not await engine.image_exists(name):
+        if not await engine.image_exists(name) and not await copy_from_sibling(engine, name):
             await bootstrap_debian(engine, name, suite=suite)
+
+
+async def copy_from_sibling(engine: Engine, ref: str) -> bool:
+    """Load `ref` from the node's other engine (podman <-> docker) when it has it; False when it has not."""
+    try:
+        other = Engine.detect("docker" if engine.kind == "podman" else "podman")
+    except EngineUnavailable:
+        return False
+    if other.kind == engine.kind or not await other.image_exists(ref):
+        return False
+    with tempfile.TemporaryDirectory(prefix="gymflow-image-") as tmp:
+        archive = str(Path(tmp) / "image.tar")
+        await other.run(["save", "-o", archive, ref], timeout_s=300)
+        await engine.run(["load", "-i", archive], timeout_s=300)
+    return await engine.image_exists(ref)
 
 
 async def bootstrap_debian(engine: Engine, ref: str, *, suite: str, timeout_s: float = BOOTSTRAP_TIMEOUT_S) -> None:

@@ -12,6 +12,7 @@ what to install when it cannot.
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import uuid
 from pathlib import Path
@@ -21,11 +22,14 @@ from gymflow.envs.runtime.base import RolloutSpec, Runtime, Sandbox
 from gymflow.envs.runtime.bwrap import BwrapRuntime, unavailable_bwrap
 from gymflow.envs.runtime.config import RuntimeConfig
 from gymflow.envs.runtime.container import ContainerRuntime
+from gymflow.envs.runtime.diskwatch import node_guarantee
 from gymflow.envs.runtime.engine import INSTALL_HINT, Engine, EngineUnavailable
 from gymflow.envs.runtime.images import build_image
 from gymflow.envs.runtime.owners import OWNERS_DIR
 from gymflow.envs.runtime.process import ProcessRuntime
 from gymflow.envs.runtime.reaper import reap_host
+
+log = logging.getLogger(__name__)
 
 DEFAULT_STATE_ROOT = Path("/var/tmp/gymflow-runtime")
 """Where container disks and lock files live (not /tmp: it may be a small tmpfs)."""
@@ -41,15 +45,23 @@ def unavailable_runtime(kind: str) -> Unavailable | None:
 def unavailable_container() -> Unavailable | None:
     """Why this node cannot run rollout containers (with the install command), or None."""
     try:
-        engine = Engine.detect()
-    except EngineUnavailable:
-        return Unavailable("no container engine (podman) is installed", INSTALL_HINT)
-    if engine.kind != "podman":
-        return Unavailable(f"the container runtime needs podman, found {engine.binary}", INSTALL_HINT)
+        Engine.detect()
+    except EngineUnavailable as exc:
+        return Unavailable(str(exc).removeprefix("no container engine: "), INSTALL_HINT)
     missing = [tool for tool in ("mkfs.ext4", "mount") if shutil.which(tool) is None]
     if missing:
         return Unavailable(f"{', '.join(missing)} is missing (container disks are ext4 images)", INSTALL_HINT)
     return None
+
+
+def container_facts() -> list[str]:
+    """What this node's container runtime is and what it promises about disk caps (for `envs show`)."""
+    try:
+        engine = Engine.detect()
+    except EngineUnavailable as exc:
+        return [f"containers: {exc}"]
+    guarantee = node_guarantee(engine)
+    return [f"container engine: {engine.kind} ({engine.binary})", f"disk cap: {guarantee.describe()}"]
 
 
 class NodeRuntimes:
@@ -83,6 +95,10 @@ class NodeRuntimes:
                 self.container = ContainerRuntime(
                     node_id=self.node_id, state_root=self.state_root, pool_size=self.pool_size
                 )
+                engine = self.container.engine
+                guarantee = await asyncio.to_thread(node_guarantee, engine)
+                log.info("container runtime on node %s: %s (%s); disk cap %s", self.node_id, engine.kind,
+                         engine.binary, guarantee.describe())  # fmt: skip
             return self.container
 
     async def runtime(self, config: RuntimeConfig) -> Runtime:

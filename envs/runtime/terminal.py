@@ -80,7 +80,7 @@ def build_server(sandbox: Executor, *, memory_mb: int | None = None) -> MCPServe
         result = await sandbox.exec(
             ["sh", "-c", _SHELL, "sh", command], timeout_s=limit, max_output_bytes=MAX_OUTPUT_BYTES
         )
-        return _report(result, limit, memory_mb)
+        return report(result, limit, memory_mb)
 
     @server.tool()
     async def read_file(path: str) -> str:
@@ -127,7 +127,7 @@ def build_server(sandbox: Executor, *, memory_mb: int | None = None) -> MCPServe
     return server
 
 
-def _report(result: ExecResult, timeout_s: float, memory_mb: int | None) -> str:
+def report(result: ExecResult, timeout_s: float, memory_mb: int | None) -> str:
     output = result.stdout
     if result.stderr:
         output += ("\n" if output and not output.endswith("\n") else "") + result.stderr
@@ -135,6 +135,8 @@ def _report(result: ExecResult, timeout_s: float, memory_mb: int | None) -> str:
         output += f"\n[output truncated: only the first and last {MAX_OUTPUT_BYTES // 2} bytes of a stream are shown]"
     if result.timed_out:
         raise ToolError(f"{output}\n[the command timed out after {timeout_s:g}s and was killed]".lstrip())
+    if result.disk_exceeded:
+        raise ToolError(f"{output}\n[the sandbox was stopped: its writes passed the disk cap]".lstrip())
     if result.oom_killed:
         limit = f" ({memory_mb} MB)" if memory_mb else ""
         raise ToolError(

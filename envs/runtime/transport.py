@@ -30,7 +30,12 @@ from anyio.abc import Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-_INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV")
+_INHERITED_ENV = (
+    *("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV"),
+    *("GYMFLOW_CONTAINER_ENGINE", "GYMFLOW_OCI_RUNTIME", "DOCKER_HOST", "CONTAINER_HOST"),
+)
+"""Inherited: a shell's basics, and the node's engine settings (a server on the worker that acts on the
+rollout's container must drive the engine that runs it)."""
 _EXIT_GRACE_S = 1.0
 """How long a server gets to exit after its stdin closes before its process group is killed."""
 STDERR_TAIL_BYTES = 2048

@@ -29,11 +29,12 @@ from gymflow.activities.schema import BatchInput, BatchResult, RetrySettings, Ro
 from gymflow.activities.storage import read_trajectories
 from gymflow.envs.builtin.harbor.env import HarborEnv
 from gymflow.envs.builtin.harbor.policy import OraclePolicy
+from gymflow.envs.runtime.engine import Engine
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workflows.group import BatchRolloutWorkflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
-__all__ = ["base_image"]  # the fixture: a real podman and the base image, or a skip naming the install
+__all__ = ["base_image"]  # the fixture: a real engine and the base image, or a skip naming the install
 
 TASKS = Path(__file__).parents[1] / "envs" / "harbor" / "tasks"
 SOLVABLE = ("edit-config", "fix-script", "make-executable", "sort-numbers")
@@ -44,7 +45,7 @@ KILL_AT = 8
 def gymflow_containers(state_root: Path) -> list[str]:
     """Containers with gymflow's labels whose disks live under `state_root` (this test's fleet's)."""
     listed = subprocess.run(
-        ["podman", "ps", "-a", "--filter", "label=gymflow=1", "--format", "{{json .Labels}}"],
+        [Engine.detect().binary, "ps", "-a", "--filter", "label=gymflow=1", "--format", "{{json .Labels}}"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     labels = [json.loads(line) for line in listed.stdout.splitlines() if line.strip()]

@@ -268,6 +268,8 @@ def render_env(info: EnvInfo) -> str:
         lines.append(f"  {names}  {policy.target}" + ("  (default)" if policy.default else ""))
     if not any(p.default for p in info.policies):
         lines.append("  no scripted policy: play it with a model (--model-url URL)")
+    if info.node:
+        lines += ["", "this node", *(f"  {line}" for line in info.node)]
     if info.system_prompt:
         lines += ["", "system prompt", *(f"  {line}" for line in info.system_prompt.splitlines())]
     if info.doc and info.doc != info.description:

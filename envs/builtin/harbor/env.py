@@ -46,7 +46,7 @@ from gymflow.envs.mcp.content import render_result
 from gymflow.envs.runtime.base import ExecResult, Sandbox
 from gymflow.envs.runtime.container import START_TIMEOUT_S, ContainerSandbox
 from gymflow.envs.runtime.images import BOOTSTRAP_TIMEOUT_S
-from gymflow.envs.runtime.node import NodeRuntimes, unavailable_container
+from gymflow.envs.runtime.node import NodeRuntimes, container_facts, unavailable_container
 from gymflow.envs.runtime.terminal import build_server
 
 SYSTEM_PROMPT = (
@@ -146,6 +146,16 @@ class HarborEnv(BaseEnv):
     def unavailable(cls, **env_kwargs: Any) -> Unavailable | None:
         del env_kwargs
         return unavailable_container()
+
+    @classmethod
+    def preflight(cls) -> str | None:
+        """Says so when this node's engine can only watch a container's disk, not cap it."""
+        facts = container_facts()
+        return None if not facts or "disk cap: watched" not in facts[-1] else f"harbor tasks here: {facts[-1]}"
+
+    @classmethod
+    def node_facts(cls) -> list[str]:
+        return container_facts()
 
     @classmethod
     def load_dataset(cls, name: str, **kwargs: Any) -> list[Task]:

@@ -61,6 +61,9 @@ class EnvironmentSection(_Section):
     cpus: float = Field(default=1.0, gt=0)
     memory_mb: int = Field(default=2048, ge=16)
     storage_mb: int = Field(default=10240, ge=16)
+    storage_hard: bool = False
+    """gymflow's: writes must fail at storage_mb; a node that can only watch the disk (docker on ext4)
+    refuses the task before starting it (gymflow.envs.runtime.diskwatch)."""
     allow_internet: bool = False
     """Harbor's default is true; gymflow runs task containers without a network unless a task asks."""
     gpus: int = Field(default=0, ge=0)
@@ -127,7 +130,12 @@ class HarborTask(BaseModel):
         """The container limits task.toml asks for."""
         env = self.config.environment
         return Limits(
-            cpus=env.cpus, memory_mb=env.memory_mb, storage_mb=env.storage_mb, pids=pids, network=env.allow_internet
+            cpus=env.cpus,
+            memory_mb=env.memory_mb,
+            storage_mb=env.storage_mb,
+            storage_hard=env.storage_hard,
+            pids=pids,
+            network=env.allow_internet,
         )
 
 

@@ -39,12 +39,12 @@ TASKS = Path(__file__).parent / "tasks"
 def kill_containers(node: str) -> None:
     """Kill the node's rollout containers from outside, as an engine (or an OOM killer of the host) would."""
     listed = subprocess.run(
-        ["podman", "ps", "-q", "--filter", "label=gymflow=1", "--filter", f"label=gymflow.node={node}"],
+        [Engine.detect().binary, "ps", "-q", "--filter", "label=gymflow=1", "--filter", f"label=gymflow.node={node}"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     names = listed.stdout.split()
     assert names, "no container to kill"
-    subprocess.run(["podman", "kill", *names], capture_output=True, check=True)
+    subprocess.run([Engine.detect().binary, "kill", *names], capture_output=True, check=True)
 
 
 async def test_a_killed_container_is_replaced_and_replayed_then_scored(
@@ -65,7 +65,7 @@ async def test_a_killed_container_is_replaced_and_replayed_then_scored(
     observations = [m.content for m in result.messages if m.role == "tool"]
     assert observations[1].startswith("1\n"), observations  # the replayed fix is in the new container
     assert result.reward is not None and result.reward.total == 1.0
-    assert await leftovers(Engine.detect("podman"), worker.settings.node_id) == []
+    assert await leftovers(Engine.detect(), worker.settings.node_id) == []
 
 
 async def test_a_terminated_rollouts_container_is_reaped(
@@ -73,7 +73,7 @@ async def test_a_terminated_rollouts_container_is_reaped(
 ) -> None:
     del base_image
     [task] = HarborEnv.load_dataset(str(TASKS / "edit-config"))
-    engine = Engine.detect("podman")
+    engine = Engine.detect()
     hang = call("bash", {"command": "sleep 120", "timeout": 300})
     policy = ScriptedPolicy([Message(role="assistant", tool_calls=[hang]), Message(role="assistant", content="done")])
     async with PolicyServer(policy) as server:
@@ -122,4 +122,4 @@ def test_without_an_engine_harbor_refuses_naming_the_install_command(monkeypatch
     with pytest.raises(EnvUnavailableError) as refused:
         preflight("harbor")
     assert "harbor cannot work on this node" in str(refused.value)
-    assert "apt-get install podman runc mmdebstrap e2fsprogs" in str(refused.value)
+    assert "apt-get install podman runc mmdebstrap e2fsprogs (or docker.io" in str(refused.value)

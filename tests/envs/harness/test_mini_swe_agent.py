@@ -123,4 +123,4 @@ async def test_mini_swe_agent_solves_harbor_tasks_in_their_containers(
             shown = render(await inspect_workflow(client, ids[row.id], run_id=None, ui_url="http://ui"), width=None)
             assert "model call 1 (" in shown and "model call 2 (" in shown and "exit 0 after" in shown, shown
         assert len(upstream.requests) == 2 * len(rows) == len(set(upstream.requests))
-    assert await leftovers(Engine.detect("podman"), worker.settings.node_id) == []
+    assert await leftovers(Engine.detect(), worker.settings.node_id) == []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -168,9 +167,16 @@ async def test_reaper_removes_what_a_dead_worker_left(base_image: str, tmp_path:
     await crashed.close()
 
 
-def test_docker_is_refused_with_a_clear_error() -> None:
-    from gymflow.envs.errors import UserError
+def test_a_docker_cli_without_a_daemon_is_no_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gymflow.envs.errors import EngineUnavailable
     from gymflow.envs.runtime.engine import Engine
 
-    with pytest.raises(UserError, match="needs podman"):
-        ContainerRuntime(node_id="n", state_root=STATE_ROOT, engine=Engine(sys.executable, kind="docker"))
+    fake = tmp_path / "docker"  # a client that reaches no daemon, as on a machine with the CLI alone
+    fake.write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon at unix:///nowhere.sock.' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(EngineUnavailable, match="reaches no daemon") as refused:
+        Engine.detect(str(fake))
+    assert "start dockerd" in str(refused.value)
+    monkeypatch.setenv("PATH", str(tmp_path))  # auto: no podman, and a silent docker is no engine either
+    with pytest.raises(EngineUnavailable, match="reaches no daemon"):
+        Engine.detect()

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import uuid
 from pathlib import Path
 
 import pytest
+from container_support import leftovers
 from mcp import Client
+from mcp.server.mcpserver.exceptions import ToolError
 
 from gymflow.envs.errors import SandboxError
 from gymflow.envs.runtime import egress
 from gymflow.envs.runtime.base import Limits, RolloutSpec
 from gymflow.envs.runtime.container import ContainerRuntime, ContainerSandbox
+from gymflow.envs.runtime.diskwatch import DiskCapUnavailable
 from gymflow.envs.runtime.terminal import build_server
+from gymflow.envs.runtime.terminal import report as terminal_report
 
 LIMITS = Limits(cpus=1, memory_mb=128, storage_mb=96, pids=64)
 
@@ -169,6 +174,8 @@ async def test_fork_bomb_is_contained_by_the_pids_limit(
 
 
 async def test_disk_filler_stops_at_storage_mb(runtime: ContainerRuntime, base_image: str, tmp_path: Path) -> None:
+    if not (await runtime.disk_guarantee(base_image)).hard:
+        pytest.skip("this engine only watches the disk: test_a_watched_disk_filler_is_stopped_and_reported")
     sandbox = await start(runtime, base_image, tmp_path)
     try:
         for target in ("/app/fill", "/tmp/fill", "/logs/fill"):  # the root filesystem, and the workspace mount
@@ -202,10 +209,14 @@ async def test_an_egress_allowlist_reaches_what_it_lists_and_nothing_else(
         return server, server.sockets[0].getsockname()[1]
 
     (allowed_server, allowed), (other_server, other) = await serve(), await serve()
-    inspect = await runtime.engine.run(
-        ["network", "inspect", "podman", "--format", "{{range .Subnets}}{{.Gateway}}{{end}}"]
-    )
-    gateway = inspect.stdout.strip()  # the host, as containers on the engine's network see it
+    if runtime.engine.kind == "podman":
+        fmt = "{{range .Subnets}}{{.Gateway}}{{end}}"
+        gateway = (await runtime.engine.run(["network", "inspect", "podman", "--format", fmt])).stdout.strip()
+    else:  # docker's default bridge names only its subnet; the host holds the subnet's first address
+        fmt = "{{range .IPAM.Config}}{{.Subnet}}{{end}}"
+        subnet = (await runtime.engine.run(["network", "inspect", "bridge", "--format", fmt])).stdout.strip()
+        gateway = str(next(ipaddress.ip_network(subnet).hosts()))
+    # gateway: the host, as containers on the engine's network see it
     rollout = uuid.uuid4().hex[:8]
     limits = LIMITS.model_copy(update={"network_allow": [f"{gateway}:{allowed}"]})
     spec = RolloutSpec(
@@ -245,3 +256,46 @@ async def test_allowlist_names_resolve_on_the_worker_into_the_containers_hosts()
     assert "-A OUTPUT -d 10.1.2.3/32 -p tcp -j ACCEPT" in egress.rules(destinations).splitlines()
     with pytest.raises(SandboxError, match=r"cannot resolve 'no-such-host\.invalid'"):
         await egress.resolve(["no-such-host.invalid:443"])
+
+
+async def test_a_watched_disk_filler_is_stopped_and_reported(
+    runtime: ContainerRuntime, base_image: str, tmp_path: Path
+) -> None:
+    """Docker on ext4: the workspace still fails at the cap; a write past it anywhere else kills the
+    container, and the command (and every later one) reports it: a tool error the model sees."""
+    if (await runtime.disk_guarantee(base_image)).hard:
+        pytest.skip("this engine caps every write: test_disk_filler_stops_at_storage_mb")
+    sandbox = await start(runtime, base_image, tmp_path)
+    try:
+        fill = "dd if=/dev/zero of=/logs/fill bs=1M count=1000 2>&1; rm -f /logs/fill"
+        done = await sandbox.exec(["sh", "-c", fill], timeout_s=120)
+        assert "No space left on device" in done.stdout and not done.disk_exceeded  # the workspace: hard
+        slow = "while true; do dd if=/dev/zero bs=1M count=8 2>/dev/null >> /app/fill; sleep 0.05; done"
+        done = await sandbox.exec(["sh", "-c", slow], timeout_s=120)
+        assert done.disk_exceeded and not done.timed_out, done
+        assert f"past its disk cap of {LIMITS.storage_mb} MB" in done.stderr
+        later = await sandbox.exec(["true"], timeout_s=30)
+        assert later.disk_exceeded and later.exit_code is None
+        with pytest.raises(ToolError, match="passed the disk cap"):
+            terminal_report(later, 30, None)
+        assert not await sandbox.running()
+    finally:
+        await sandbox.release()
+
+
+async def test_a_task_needing_a_hard_disk_cap_is_refused_where_the_disk_is_only_watched(
+    runtime: ContainerRuntime, base_image: str, tmp_path: Path
+) -> None:
+    limits = LIMITS.model_copy(update={"storage_hard": True})
+    spec = RolloutSpec(
+        rollout_id="hard", node_id=runtime.node_id, workspace=str(tmp_path / "hard"), limits=limits,
+        image=base_image, workdir="/app", workspace_mount="/logs",
+    )  # fmt: skip
+    if (await runtime.disk_guarantee(base_image)).hard:
+        sandbox = await runtime.start(spec)  # podman: every write is capped, the task runs
+        await sandbox.release()
+        return
+    with pytest.raises(DiskCapUnavailable, match="storage_hard") as refused:
+        await runtime.start(spec)
+    assert isinstance(refused.value, SandboxError)  # infra: the rollout is flagged, never scored
+    assert runtime.live() == [] and await leftovers(runtime.engine, runtime.node_id) == []

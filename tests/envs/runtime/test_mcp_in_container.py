@@ -22,7 +22,7 @@ async def test_servers_run_in_the_rollouts_container_and_leave_with_it(base_imag
     node = f"test-{uuid.uuid4().hex[:8]}"
     runtimes = NodeRuntimes(node_id=node, state_root=STATE_ROOT)
     env = env_from_file(ENV_FILE, workspace_root=tmp_path / "ws", pool_size=0, runtimes=runtimes)
-    engine = Engine.detect("podman")
+    engine = Engine.detect()
     try:
         await env.init_rollout("r1")
         assert {t.name for t in await env.list_tools()} == {"whereami", "bash", "read_file", "write_file", "list_dir"}
