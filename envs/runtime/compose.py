@@ -15,7 +15,7 @@ engine at many rollouts a node); and the rollout's network comes from gymflow's 
 
 What is read: `image` or `build` (a path, or `{context, dockerfile}`), `command`, `entrypoint`
 (strings are split like a shell's words, as Compose does), `environment` (list or map), `env_file`,
-`working_dir`, `user`, `hostname`, `restart`, `healthcheck` (`CMD`, `CMD-SHELL`, `NONE`, a plain
+`working_dir`, `user`, `hostname`, `restart: "no"`, `healthcheck` (`CMD`, `CMD-SHELL`, `NONE`, a plain
 string; interval, timeout, retries, start_period as durations like `1m30s`), `depends_on` (a list,
 or a map with `service_started`, `service_healthy`, `service_completed_successfully`), and limits
 (`cpus`, `mem_limit`, `pids_limit`, `deploy.resources.limits.{cpus,memory,pids}`). `${VAR}`,
@@ -60,7 +60,8 @@ HANDLED_KEYS = {
     "image", "build", "command", "entrypoint", "environment", "env_file", "working_dir", "user", "hostname",
     "restart", "healthcheck", "depends_on", "cpus", "mem_limit", "pids_limit", "deploy", "volumes",
 }  # fmt: skip
-RESTART_POLICIES = {"no", "always", "on-failure", "unless-stopped"}
+RESTART_POLICIES = {"no"}
+"""The only restart policy: gymflow loads a container's isolation rules once, when it starts."""
 _SERVICE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
@@ -233,9 +234,12 @@ def _service(name: str, body: dict[str, Any], base: Path, where: str, volume_use
     if "image" in body and not isinstance(body["image"], str):
         raise ComposeError(f"{where}: `image` must be a string")
     build = _build(body["build"], base, f"{where}: build") if "build" in body else None
-    restart = body.get("restart")
-    if restart is not None and str(restart).split(":")[0] not in RESTART_POLICIES:
-        raise ComposeError(f"{where}: restart {restart!r} is not one of {', '.join(sorted(RESTART_POLICIES))}")
+    restart = "no" if body.get("restart") is False else body.get("restart")  # YAML reads a bare `no` as false
+    if restart is not None and str(restart) not in RESTART_POLICIES:
+        raise ComposeError(
+            f"{where}: restart {restart!r} is not supported by gymflow (a restarted container would come back "
+            'without its network\'s isolation rules): leave it out or write restart: "no"'
+        )
     env = values.env_files(body.get("env_file"), base, f"{where}: env_file")
     env.update(values.environment(body.get("environment"), f"{where}: environment"))
     for entry in body.get("volumes") or []:

@@ -222,8 +222,6 @@ class ServiceGroup:
             args += ["--workdir", service.working_dir]
         if service.user:
             args += ["--user", service.user]
-        if service.restart:
-            args += ["--restart", service.restart]
         command = list(service.command or [])
         if service.entrypoint is not None:
             args += ["--entrypoint", service.entrypoint[0] if service.entrypoint else ""]
@@ -231,7 +229,8 @@ class ServiceGroup:
         try:
             await self.engine.run([*args, image, *command], timeout_s=ENGINE_TIMEOUT_S)
             pid = await self.engine.run(["inspect", "--format", "{{.State.Pid}}", name], timeout_s=ENGINE_TIMEOUT_S)
-            await net.isolate(int(pid.stdout.strip() or 0), self.network)
+            if int(pid.stdout.strip() or 0):  # 0: it has exited already, and has no namespace to guard
+                await net.isolate(int(pid.stdout.strip()), self.network)
         except EngineError as exc:
             raise SandboxError(f"service {service.name!r} did not start: {exc}\n{await self._logs(name)}") from None
         self._started[service.name].set()

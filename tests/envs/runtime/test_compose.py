@@ -113,7 +113,7 @@ def test_main_implied_or_from_dot(env_dir: Path) -> None:
         ("ipc: host", "'ipc'"),
         ("extra_hosts: ['a:1.2.3.4']", "'extra_hosts'"),
         ("deploy: {replicas: 3}", "deploy"),
-        ("restart: sometimes", "restart"),
+        ("restart: always", "isolation rules"),
         ("healthcheck: {test: [WHAT, x]}", "healthcheck"),
         ("depends_on: {main: {condition: service_exploded}}", "unknown condition"),
     ],
@@ -171,7 +171,7 @@ def test_healthcheck_forms(env_dir: Path) -> None:
     text = """
 services:
   main: {build: .}
-  a: {image: x, healthcheck: {test: "exit 0"}}
+  a: {image: x, healthcheck: {test: "exit 0"}, restart: no}
   b: {image: x, healthcheck: {test: [CMD, pg_isready, -q]}}
   c: {image: x, healthcheck: {test: [NONE]}}
   d: {image: x, healthcheck: {disable: true}}

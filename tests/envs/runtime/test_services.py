@@ -47,6 +47,18 @@ services:
       timeout: 5s
       retries: 50
 """
+WITH_INIT = (
+    COMPOSE.replace(
+        "db: {condition: service_healthy}",
+        "db: {condition: service_healthy}\n      init: {condition: service_completed_successfully}",
+    )
+    + f"""  init:
+    image: {IMAGE}
+    depends_on: {{db: {{condition: service_healthy}}}}
+    entrypoint: ["bash", "-c"]
+    command: ["exec 3<>/dev/tcp/db/5432"]
+"""
+)
 FAILING = f"""
 services:
   main: {{image: {IMAGE}}}
@@ -170,11 +182,14 @@ async def test_failing_healthcheck_names_service_and_leaves_nothing(engine: Engi
 
 @pytest.mark.timeout(120)
 async def test_close_removes_everything(engine: Engine, tmp_path: Path) -> None:
-    """(d) close() after a start leaves no container or network with the rollout's labels; twice is fine."""
+    """(d) close() after a start leaves no container or network with the rollout's labels; twice is fine.
+
+    Main waits for an init service that reaches db by name and exits 0 (service_completed_successfully).
+    """
     labels = rollout_labels()
-    group = ServiceGroup(engine, project(COMPOSE, tmp_path), labels=labels, state_dir=STATE_DIR)
+    group = ServiceGroup(engine, project(WITH_INIT, tmp_path), labels=labels, state_dir=STATE_DIR)
     await group.start()
-    assert len(await leftovers(engine, labels)) == 2  # db and the network
+    assert len(await leftovers(engine, labels)) == 3  # db, init (exited 0) and the network
     await group.close()
     await group.close()
     assert await leftovers(engine, labels) == []
