@@ -107,6 +107,11 @@ class TaskError(DatasetError):
     """A task directory is invalid; the message names the file and the field."""
 
 
+class ComposeError(TaskError):
+    """A task's docker-compose file is invalid or asks for something gymflow refuses (host mounts,
+    ports, privileges, ...); the message names the file, the service and the key."""
+
+
 class VerifierFailure(enum.StrEnum):
     """Why a verifier produced no reward."""
 
