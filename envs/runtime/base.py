@@ -41,6 +41,7 @@ from typing import Protocol
 from pydantic import Field, model_validator
 
 from gymflow.envs.contract import Wire
+from gymflow.envs.runtime.compose import ComposeProject
 
 DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
 """Output kept of one command per stream unless the caller says otherwise."""
@@ -135,6 +136,9 @@ class RolloutSpec(Wire):
     """Environment variables of every command in the sandbox."""
     workspace_mount: str = "/workspace"
     """Where the workspace appears inside a container (Harbor tasks use /logs)."""
+    services: ComposeProject | None = None
+    """A compose file's other services, started beside the rollout's container on a network of the
+    rollout's own (container runtime only; gymflow.envs.runtime.services)."""
 
 
 class Sandbox(ABC):

@@ -50,8 +50,10 @@ from gymflow.envs.runtime.base import (
 from gymflow.envs.runtime.cexec import ContainerExec, cgroup_of_pid
 from gymflow.envs.runtime.disk import RolloutDisk
 from gymflow.envs.runtime.diskwatch import DiskCapUnavailable, DiskGuarantee, DiskWatch, probe_storage_opt
-from gymflow.envs.runtime.engine import Engine, client_dir, label_flags, limit_flags
+from gymflow.envs.runtime.engine import Engine, client_dir, label_flags, labels_of, limit_flags
+from gymflow.envs.runtime.services import ServiceGroup
 from gymflow.envs.runtime.transport import server_env
+from gymflow.envs.runtime.workspace import check_workspace, link_workspace
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,8 @@ class ContainerSandbox(Sandbox):
         self.rollout_id = ""
         self.node_id = runtime.node_id
         self.workspace = disk.workspace
+        self.services: ServiceGroup | None = None
+        """The compose file's other services, on the rollout's network (removed after the container)."""
         self.watch: DiskWatch | None = None
         self.disk_exceeded = ""
         """Set when the disk watch killed the container: what every later command reports."""
@@ -155,6 +159,8 @@ class ContainerSandbox(Sandbox):
         if self.watch is not None:
             await self.watch.stop()
         await self.engine.remove([self.name])
+        if self.services is not None:  # after the container: its network cannot go while it is attached
+            await self.services.close()
         await self.disk.destroy()
         self.runtime.forget(self)
 
@@ -210,14 +216,17 @@ class ContainerRuntime(Runtime):
                 f"the task needs writes to fail at its disk cap (storage_hard) and this node's {self.engine.kind} "
                 f"gives only {guarantee.describe()}; run it on a podman node or a docker on XFS with project quotas"
             )
+        if spec.services is not None and (spec.limits.network or spec.limits.network_allow):
+            raise ValueError("a rollout with services runs on its own network: network/network_allow do not apply")
         key = pool_key(spec)
-        ready = self._pools.get(key, [])
+        ready = self._pools.get(key, []) if spec.services is None else []
         sandbox = ready.pop(0) if ready else None
         if sandbox is not None:
             (sandbox.disk.path / ROLLOUT_FILE).write_text(spec.rollout_id)
         else:
             sandbox = await self._create(spec, rollout_id=spec.rollout_id)
-        self._refill(spec)
+        if spec.services is None:  # a rollout network is the rollout's own: no warm pool for those
+            self._refill(spec)
         sandbox.rollout_id = spec.rollout_id
         link_workspace(workspace, sandbox.disk.workspace)
         sandbox.workspace = workspace
@@ -308,28 +317,21 @@ class ContainerRuntime(Runtime):
         disk = RolloutDisk(self.state_dir / name)
         await disk.create(lower=lower if podman else None, size_mb=spec.limits.storage_mb)
         workdir = spec.workdir or str(config.get("WorkingDir") or "") or "/"
+        group = None
         try:
             args = ["run", "-d", "--name", name, *self.engine.run_flags(), "--init"]
             args += label_flags(self.node_id, rollout_id, self.owner, str(disk.path))
-            args += limit_flags(spec.limits)
+            args += limit_flags(spec.limits, joins_network=spec.services is not None)
+            if spec.services is not None:
+                group = ServiceGroup(self.engine, spec.services, labels=labels_of(args), state_dir=self.state_root)
+                await group.start()
+                args += group.main_flags()
             args += ["--security-opt", "no-new-privileges", "--hostname", "sandbox", "--workdir", workdir]
             args += ["-v", f"{disk.workspace}:{spec.workspace_mount}"]
             allowed = await egress.resolve(spec.limits.network_allow) if spec.limits.network_allow else None
             args += egress.host_flags(allowed or [])
-            listed = config.get("Env")
-            image_env = [e for e in listed if isinstance(e, str)] if isinstance(listed, list) else []
-            for item in [*image_env, *(f"{k}={v}" for k, v in spec.env.items())]:
-                args += ["--env", item]
-            if podman:
-                (disk.root / workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)  # --rootfs does not create it
-                # `--rootfs` is a switch: the root's path is the first positional argument, then the command.
-                args += ["--rootfs", str(disk.root)]
-            else:
-                if guarantee is DiskGuarantee.HARD_LAYER:
-                    args += ["--storage-opt", f"size={spec.limits.storage_mb}m"]
-                args += ["--entrypoint", self.keepalive[0], spec.image]
-            keepalive = self.keepalive if podman else self.keepalive[1:]
-            await self.engine.run([*args, *keepalive], timeout_s=START_TIMEOUT_S)
+            args += env_flags(config, spec.env)
+            await self.engine.run([*args, *self._root_args(spec, disk, workdir, guarantee)], timeout_s=START_TIMEOUT_S)
             fmt = "{{.State.Pid}} {{.GraphDriver.Data.UpperDir}}"
             state = await self.engine.run(["inspect", "--format", fmt, name])
             pid_text, _, upper = state.stdout.strip().partition(" ")
@@ -337,13 +339,16 @@ class ContainerRuntime(Runtime):
             cgroup = await self._cgroup(name, pid)
             if allowed is not None:  # before anything runs in it but its keepalive
                 await egress.apply(pid, allowed)
+            if group is not None:  # the same: only its own network, not the host nor other rollouts
+                await group.isolate(pid)
         except BaseException:
             with contextlib.suppress(Exception):
-                await asyncio.shield(self._discard(name, disk))
+                await asyncio.shield(self._discard(name, disk, group))
             raise
         sandbox = ContainerSandbox(
             self, name=name, disk=disk, workdir=workdir, mount=spec.workspace_mount, cgroup=cgroup
         )
+        sandbox.services = group
         if guarantee is DiskGuarantee.WATCHED:
             cap = spec.limits.storage_mb * 2**20
             sandbox.watch = DiskWatch(
@@ -354,14 +359,26 @@ class ContainerRuntime(Runtime):
         self.storage_mb[name] = spec.limits.storage_mb
         return sandbox
 
+    def _root_args(self, spec: RolloutSpec, disk: RolloutDisk, workdir: str, guarantee: DiskGuarantee) -> list[str]:
+        """The end of the `run` argv: the root (podman: the capped overlay; docker: the image), then the keepalive."""
+        assert spec.image is not None
+        if self.engine.kind == "podman":
+            (disk.root / workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)  # --rootfs does not create it
+            # `--rootfs` is a switch: the root's path is the first positional argument, then the command.
+            return ["--rootfs", str(disk.root), *self.keepalive]
+        size = ["--storage-opt", f"size={spec.limits.storage_mb}m"] if guarantee is DiskGuarantee.HARD_LAYER else []
+        return [*size, "--entrypoint", self.keepalive[0], spec.image, *self.keepalive[1:]]
+
     async def _cgroup(self, name: str, pid: int) -> str:
         """The container's cgroup path (podman reports it; for docker, its first process's memory cgroup)."""
         if self.engine.kind == "podman":
             return (await self.engine.run(["inspect", "--format", "{{.State.CgroupPath}}", name])).stdout.strip()
         return cgroup_of_pid(pid)
 
-    async def _discard(self, name: str, disk: RolloutDisk) -> None:
+    async def _discard(self, name: str, disk: RolloutDisk, group: ServiceGroup | None = None) -> None:
         await self.engine.remove([name])
+        if group is not None:
+            await group.close()
         await disk.destroy()
 
     async def _image(self, image: str) -> tuple[str, dict[str, object]]:
@@ -384,20 +401,13 @@ def source_kind(src: Path) -> bool:
     return src.is_dir()
 
 
-def check_workspace(workspace: Path) -> None:
-    """Refuse a workspace path that exists with content (it is about to become a link)."""
-    if workspace.is_symlink() or (workspace.exists() and (not workspace.is_dir() or any(workspace.iterdir()))):
-        raise ValueError(f"the workspace {workspace} must not exist yet or be an empty directory")
-
-
-def link_workspace(workspace: Path, target: Path) -> None:
-    """Make the caller's workspace path a link to the container's workspace on its capped disk."""
-    with contextlib.suppress(FileNotFoundError):
-        workspace.rmdir()
-    workspace.parent.mkdir(parents=True, exist_ok=True)
-    workspace.symlink_to(target, target_is_directory=True)
-
-
 def pool_key(spec: RolloutSpec) -> PoolKey:
     env = json.dumps(spec.env, sort_keys=True)
     return (spec.image or "", spec.limits.model_dump_json(), spec.workdir or "", env, spec.workspace_mount)
+
+
+def env_flags(config: Mapping[str, object], env: Mapping[str, str]) -> list[str]:
+    """`--env` flags: the image's own environment (a `--rootfs` run does not read it), then the spec's."""
+    listed = config.get("Env")
+    image_env = [e for e in listed if isinstance(e, str)] if isinstance(listed, list) else []
+    return [arg for item in [*image_env, *(f"{k}={v}" for k, v in env.items())] for arg in ("--env", item)]

@@ -287,8 +287,15 @@ def label_flags(node_id: str, rollout_id: str, owner: str, state: str) -> list[s
     return [arg for key, value in pairs.items() for arg in ("--label", f"{key}={value}")]
 
 
-def limit_flags(limits: Limits) -> list[str]:
+def limit_flags(limits: Limits, *, joins_network: bool = False) -> list[str]:
+    """`run` flags of `limits`; `--network none` unless the limits or a rollout network (`joins_network`) give one."""
     memory = f"{limits.memory_mb}m"
     flags = ["--cpus", f"{limits.cpus:g}", "--memory", memory, "--memory-swap", memory]
     flags += ["--pids-limit", str(limits.pids), "--ulimit", f"nproc={limits.pids}:{limits.pids}"]
-    return flags if limits.network or limits.network_allow else [*flags, "--network", "none"]
+    return flags if limits.network or limits.network_allow or joins_network else [*flags, "--network", "none"]
+
+
+def labels_of(args: list[str]) -> dict[str, str]:
+    """The `--label KEY=VALUE` pairs of a `run` argv (the service containers carry the rollout's)."""
+    pairs = [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--label"]
+    return dict(pair.split("=", 1) for pair in pairs)

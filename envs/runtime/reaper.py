@@ -5,7 +5,9 @@ label `gymflow.owner`, is not the caller's: a restarted worker holds no handle t
 re-initialises on a fresh container), or when its rollout is no longer live (the workflow was
 terminated or timed out before `release`). Warm-pool containers of the live runtime are kept.
 Removal also unmounts and deletes the container's state directory (its capped disk), and state
-directories a crash left without any container are cleaned too.
+directories a crash left without any container are cleaned too. A rollout's services (a compose
+file's other containers) carry the rollout's labels, its state directory's included, so they go with
+it; the rollout's network goes once its containers are gone.
 
 The node reaper calls `reap` with the set of rollouts it knows to be live on the node. A worker's
 reaper calls `reap_host`: node ids are per process, so the containers of a worker killed with
@@ -16,11 +18,14 @@ free, and that is what marks them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from gymflow.envs.errors import SandboxError
+from gymflow.envs.runtime import network as net
 from gymflow.envs.runtime import owners
 from gymflow.envs.runtime.container import ROLLOUT_FILE, START_TIMEOUT_S, ContainerRuntime
 from gymflow.envs.runtime.disk import RolloutDisk
@@ -90,6 +95,12 @@ async def reap(
     doomed = await orphans(engine, node_id=node_id, live_rollouts=live_rollouts, owner=owner)
     await engine.remove([c.name for c in doomed])
     await asyncio.gather(*(RolloutDisk(Path(c.state)).destroy() for c in doomed if c.state))
+    live = set(live_rollouts)
+    stale = [
+        n.name for n in await net.networks(engine, {LABEL_MARKER: "1", LABEL_NODE: node_id})
+        if (owner is not None and n.labels.get(LABEL_OWNER) != owner) or n.labels.get(LABEL_ROLLOUT, "") not in live
+    ]  # fmt: skip
+    await _remove_networks(engine, stale)
     # State directories with no container at all: a worker killed between making a disk and `run`.
     kept = {Path(c.state).name for c in await node_containers(engine, node_id)}
     node_dir = state_root / node_id
@@ -126,7 +137,23 @@ async def reap_host(engine: Engine, *, state_root: Path, runtime: ContainerRunti
     kept = {Path(c.labels.get(LABEL_STATE, "")).name for c in found} - {c.name for c in doomed}
     stray = await asyncio.to_thread(_stray_disks, state_root, kept | mine)
     await asyncio.gather(*(RolloutDisk(p).destroy() for p in stray))
+    stale = []  # rollout networks of dead owners, and this worker's whose rollout container is gone
+    for network in await net.networks(engine, {LABEL_MARKER: "1"}):
+        owner, state = network.labels.get(LABEL_OWNER, ""), Path(network.labels.get(LABEL_STATE, "/"))
+        if owner == own:
+            if state.name not in mine:
+                stale.append(network.name)
+        elif state.is_relative_to(state_root) and not owners.alive(state_root, owner):
+            stale.append(network.name)
+    await _remove_networks(engine, stale)
     return [c.name for c in doomed]
+
+
+async def _remove_networks(engine: Engine, names: list[str]) -> None:
+    """Remove networks one by one: one still in use (its rollout is being created) stays for the next round."""
+    for name in names:
+        with contextlib.suppress(SandboxError):
+            await net.remove_networks(engine, [name])
 
 
 def _stray_disks(state_root: Path, kept: set[str]) -> list[Path]:

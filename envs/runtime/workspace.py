@@ -214,3 +214,17 @@ async def _run_setup(root: Path, seed: WorkspaceSeed) -> None:
     if process.returncode:
         tail = output.decode(errors="replace")[-SETUP_OUTPUT_CHARS:].strip()
         raise InfraError(f"workspace setup {command!r} exited with code {process.returncode}: {tail}")
+
+
+def check_workspace(workspace: Path) -> None:
+    """Refuse a workspace path that exists with content (it is about to become a link)."""
+    if workspace.is_symlink() or (workspace.exists() and (not workspace.is_dir() or any(workspace.iterdir()))):
+        raise ValueError(f"the workspace {workspace} must not exist yet or be an empty directory")
+
+
+def link_workspace(workspace: Path, target: Path) -> None:
+    """Make the caller's workspace path a link to the container's workspace on its capped disk."""
+    with contextlib.suppress(FileNotFoundError):
+        workspace.rmdir()
+    workspace.parent.mkdir(parents=True, exist_ok=True)
+    workspace.symlink_to(target, target_is_directory=True)

@@ -5,7 +5,8 @@ A task is a directory (Harbor's format, the successor of terminal-bench's):
     task.toml          [agent] timeout_sec, [verifier] timeout_sec + env, [environment]
                        build_timeout_sec / cpus / memory_mb / storage_mb / allow_internet, [metadata]
     instruction.md     the prompt
-    environment/       the image's build context, with its Dockerfile
+    environment/       the image's build context, with its Dockerfile (and optionally docker-compose.yaml:
+                       the task's other services, e.g. a database, beside the main one)
     tests/test.sh      the verifier: copied to /tests after the agent is done; writes
                        /logs/verifier/reward.txt (a number) or reward.json ({"reward": x, ...})
     solution/solve.sh  the oracle (optional)
@@ -25,7 +26,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gymflow.envs.errors import TaskError
+from gymflow.envs.runtime import compose
 from gymflow.envs.runtime.base import Limits
+from gymflow.envs.runtime.compose import ComposeProject
 
 TASK_FILE = "task.toml"
 INSTRUCTION_FILE = "instruction.md"
@@ -108,6 +111,8 @@ class HarborTask(BaseModel):
     path: Path
     config: TaskConfig
     instruction: str
+    services: ComposeProject | None = None
+    """environment/docker-compose.yaml, when the task has one: `main` is the agent's container."""
 
     @property
     def environment_dir(self) -> Path:
@@ -139,6 +144,9 @@ class HarborTask(BaseModel):
         )
 
 
+COMPOSE_NAMES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+
+
 def load_task(path: Path) -> HarborTask:
     """Load and check one task directory.
 
@@ -165,7 +173,26 @@ def load_task(path: Path) -> HarborTask:
     instruction = (path / INSTRUCTION_FILE).read_text().strip()
     if not instruction:
         raise TaskError(f"{path / INSTRUCTION_FILE}: empty instruction")
-    return HarborTask(name=path.name, path=path.resolve(), config=config, instruction=instruction)
+    services = _services(path.resolve() / ENVIRONMENT_DIR, config.environment)
+    return HarborTask(name=path.name, path=path.resolve(), config=config, instruction=instruction, services=services)
+
+
+def _services(environment: Path, section: EnvironmentSection) -> ComposeProject | None:
+    """The task's compose file, parsed (None without one). Raises ComposeError (a TaskError) naming the fault."""
+    found = [environment / name for name in COMPOSE_NAMES if (environment / name).is_file()]
+    if not found:
+        return None
+    if section.allow_internet:
+        raise TaskError(f"{found[0]}: allow_internet with a compose file: a task's services run on a network of the "
+                        "rollout's own, without a route out")  # fmt: skip
+    variables = {  # what Harbor's own compose base defines, for files that refer to it
+        "CONTEXT_DIR": str(environment),
+        "CPUS": f"{section.cpus:g}",
+        "MEMORY": f"{section.memory_mb}M",
+        "ENV_AGENT_LOGS_PATH": "/logs/agent",
+        "ENV_VERIFIER_LOGS_PATH": "/logs/verifier",
+    }
+    return compose.load(found[0], variables=variables)
 
 
 def load_dataset(root: Path) -> list[HarborTask]:

@@ -70,14 +70,17 @@ async def start_task(runtime: ContainerRuntime, task: HarborTask, *, rollout_id:
         state_dir=runtime.state_root,  # host-wide: sibling worker processes build an image once
     )
     config = await runtime.engine.image_config(image)
+    main = task.services.main_service if task.services is not None else None
     spec = RolloutSpec(
         rollout_id=rollout_id,
         node_id=runtime.node_id,
         workspace=str(workspace),
         limits=task.limits(),
         image=image,
-        workdir=str(config.get("WorkingDir") or "") or DEFAULT_WORKDIR,
+        workdir=(main and main.working_dir) or str(config.get("WorkingDir") or "") or DEFAULT_WORKDIR,
+        env=dict(main.environment) if main is not None else {},
         workspace_mount=LOGS_DIR,
+        services=task.services,
     )
     return await runtime.start(spec)
 
