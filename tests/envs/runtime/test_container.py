@@ -180,3 +180,16 @@ def test_a_docker_cli_without_a_daemon_is_no_engine(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("PATH", str(tmp_path))  # auto: no podman, and a silent docker is no engine either
     with pytest.raises(EngineUnavailable, match="reaches no daemon"):
         Engine.detect()
+
+
+async def test_envs_show_says_which_engine_and_disk_cap_the_node_gives(runtime: ContainerRuntime) -> None:
+    from gymflow.envs.catalog import describe
+    from gymflow.envs.runtime.diskwatch import node_guarantee
+    from gymflow.workers.cli.envs import render_env
+
+    shown = render_env(await describe("harbor"))
+    guarantee = node_guarantee(runtime.engine)
+    assert f"this node\n  container engine: {runtime.engine.kind} ({runtime.engine.binary})" in shown, shown
+    assert f"  disk cap: {guarantee.describe()}" in shown
+    expected = "watched" if runtime.engine.kind == "docker" and guarantee.value == "watched" else "hard"
+    assert f"disk cap: {expected}" in shown
