@@ -193,3 +193,24 @@ async def test_envs_show_says_which_engine_and_disk_cap_the_node_gives(runtime: 
     assert f"  disk cap: {guarantee.describe()}" in shown
     expected = "watched" if runtime.engine.kind == "docker" and guarantee.value == "watched" else "hard"
     assert f"disk cap: {expected}" in shown
+
+
+async def test_a_hung_engine_call_is_killed_with_its_children_and_raises_an_infra_error(tmp_path: Path) -> None:
+    """A `docker`/`podman` client that never answers (a wedged daemon) is killed at its time limit, with
+    whatever it started, and the caller gets an EngineError (infra: the rollout is retried, never stuck)."""
+    from gymflow.envs.errors import EngineError, InfraError
+    from gymflow.envs.runtime.engine import Engine
+
+    pids = tmp_path / "pids"
+    hung = tmp_path / "docker"
+    hung.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {pids}\necho $$ >> {pids}\nwait\n")
+    hung.chmod(0o755)
+    engine = Engine(str(hung), kind="docker")
+    started = time.monotonic()
+    with pytest.raises(EngineError, match="timed out after 1s") as raised:
+        await engine.run(["ps", "-a"], timeout_s=1)
+    assert isinstance(raised.value, InfraError)
+    assert time.monotonic() - started < 10
+    for pid in map(int, pids.read_text().split()):  # the client and its child: gone (or a zombie being reaped)
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or stat.read_text().split(")")[1].split()[0] == "Z"
