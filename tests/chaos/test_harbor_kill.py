@@ -8,7 +8,6 @@ and 60 s after the batch no container carrying gymflow's labels is left on the h
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 import time
 import uuid
@@ -44,12 +43,18 @@ KILL_AT = 8
 
 def gymflow_containers(state_root: Path) -> list[str]:
     """Containers with gymflow's labels whose disks live under `state_root` (this test's fleet's)."""
+    binary = Engine.detect().binary
     listed = subprocess.run(
-        [Engine.detect().binary, "ps", "-a", "--filter", "label=gymflow=1", "--format", "{{json .Labels}}"],
-        capture_output=True, text=True, check=True,
+        [binary, "ps", "-a", "--filter", "label=gymflow=1", "--format", "{{.Names}}"], capture_output=True, text=True,
+        check=True,
     )  # fmt: skip
-    labels = [json.loads(line) for line in listed.stdout.splitlines() if line.strip()]
-    return [lab.get("gymflow.state", "") for lab in labels if lab.get("gymflow.state", "").startswith(str(state_root))]
+    names = listed.stdout.split()
+    if not names:
+        return []
+    fmt = '{{index .Config.Labels "gymflow.state"}}'  # the same on both engines (`ps` formats labels differently)
+    inspect = [binary, "inspect", "--format", fmt, *names]
+    inspected = subprocess.run(inspect, capture_output=True, text=True, check=False)  # one may go meanwhile
+    return [state for state in inspected.stdout.split() if state.startswith(str(state_root))]
 
 
 async def finished(handle: WorkflowHandle[Any, BatchResult]) -> int:

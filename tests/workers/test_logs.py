@@ -50,7 +50,10 @@ def _log_lines(stderr: str) -> list[dict[str, Any]]:
     for line in stderr.splitlines():
         if not line.strip() or PROGRESS.match(line):
             continue
-        value = json.loads(line)  # fails the test on any line that is neither
+        try:
+            value = json.loads(line)  # fails the test on any line that is neither
+        except json.JSONDecodeError:
+            raise AssertionError(f"stderr line is neither a log line nor progress: {line!r}") from None
         assert isinstance(value, dict), line
         found.append(value)
     return found

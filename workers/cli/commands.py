@@ -180,7 +180,7 @@ def evaluate(args: argparse.Namespace, settings: Settings) -> int:
         reps=args.reps,
         resume=args.resume,
     )
-    summary = asyncio.run(run_eval(options, settings))
+    summary = asyncio.run(run_eval(options, settings, announce=not args.json))
     print(json_text(summary) if args.json else format_summary(summary))
     return 0
 
@@ -205,7 +205,7 @@ def rescore(args: argparse.Namespace, settings: Settings) -> int:
         reps=args.reps,
         seed=args.seed,
     )
-    summary = asyncio.run(rescore_batch(options, settings))
+    summary = asyncio.run(rescore_batch(options, settings, announce=not args.json))
     print(json_text(summary) if args.json else format_rescore(summary))
     return 0
 

@@ -168,7 +168,9 @@ async def _completed(handles: list[WorkflowHandle[Any, BatchResult]]) -> Reading
     return done, "rollouts"
 
 
-async def run_eval(options: EvalOptions, settings: Settings, *, out: TextIO = sys.stderr) -> dict[str, Any]:
+async def run_eval(
+    options: EvalOptions, settings: Settings, *, out: TextIO = sys.stderr, announce: bool = True
+) -> dict[str, Any]:
     """Run the evaluation; returns the report summary (also written to `options.out`)."""
     client = await connect_or_start(settings, start_server=False, out=out)
     resume: FoundBatch | None = None
@@ -188,7 +190,8 @@ async def run_eval(options: EvalOptions, settings: Settings, *, out: TextIO = sy
         for label, policy in policies.items():
             url = await stack.enter_async_context(endpoint(options.env, policy))
             handles[label] = await _start(client, options, settings, url, label=label, policy=policy, resume=resume)
-            print(f"{label} batch {handles[label].id}: {_ui(settings, handles[label].id)}", file=out)
+            if announce:  # off under `--json`: stderr holds log lines and progress only (the summary has the links)
+                print(f"{label} batch {handles[label].id}: {_ui(settings, handles[label].id)}", file=out)
         total = options.n * options.samples * len(handles)
         finished = asyncio.Event()
         progress = Progress(out, total)

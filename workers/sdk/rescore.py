@@ -67,7 +67,9 @@ def reward_spec(reward: str | RewardSpec) -> RewardSpec:
     return absolute(reward, Path.cwd())
 
 
-async def rescore_batch(options: RescoreOptions, settings: Settings, *, out: TextIO = sys.stderr) -> dict[str, Any]:
+async def rescore_batch(
+    options: RescoreOptions, settings: Settings, *, out: TextIO = sys.stderr, announce: bool = True
+) -> dict[str, Any]:
     """Rescore the batch as a new batch; returns the report summary with `batch_id`, `rescored_from`, `reward`.
 
     Raises:
@@ -103,7 +105,8 @@ async def rescore_batch(options: RescoreOptions, settings: Settings, *, out: Tex
             memo={"rescored_from": options.batch, "reward": text},
             static_summary=f"{options.batch} rescored with {text}",
         )
-        print(f"rescoring batch {options.batch} with {text} as batch {batch_id}: {link}", file=out)
+        if announce:  # off under `--json`: stderr holds log lines and progress only
+            print(f"rescoring batch {options.batch} with {text} as batch {batch_id}: {link}", file=out)
         progress = Progress(out, source.total if source else 0)
         finished = asyncio.Event()
 
