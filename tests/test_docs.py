@@ -139,6 +139,7 @@ def test_the_docs_examples_are_shown_in_the_docs() -> None:
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+@pytest.mark.heavy
 async def test_docs_example_runs_as_written(
     path: Path, worker: RunningWorker, temporal_address: str, calculator_policy_url: str, tmp_path: Path
 ) -> None:

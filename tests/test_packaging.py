@@ -101,6 +101,7 @@ def test_user_modules_and_gymflow_side_by_side(installed: Path, tmp_path: Path) 
     assert done.stdout.strip() == "ok"
 
 
+@pytest.mark.heavy
 def test_rollouts_run_from_the_user_project(installed: Path, tmp_path: Path, temporal_address: str) -> None:
     """`python -m gymflow.workers.cli rollout` from the project dir (its cwd first on sys.path): real rollouts."""
     project = user_project(tmp_path)

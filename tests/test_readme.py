@@ -95,6 +95,7 @@ async def test_block_compiles_and_names_only_what_it_defines(block: Block, tmp_p
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=IDS)
+@pytest.mark.heavy
 async def test_block_runs_as_written(
     block: Block, worker: RunningWorker, temporal_address: str, calculator_policy_url: str, tmp_path: Path
 ) -> None:

@@ -80,6 +80,7 @@ def local_spec(temporal_address: str, tmp_path: Path, nodes: int) -> launcher.Fl
     )
 
 
+@pytest.mark.heavy
 async def test_local_backend_starts_and_stops_a_worker(client: Client, temporal_address: str, tmp_path: Path) -> None:
     spec = local_spec(temporal_address, tmp_path, nodes=1)
     (node,) = launcher.launch_local(spec, data_dir=tmp_path, workdir=ROOT)

@@ -172,6 +172,7 @@ def test_probability_of_improvement_equals_rliable(scores: tuple[np.ndarray, np.
     assert stats.probability_of_improvement(ragged, list(y[:2]), ragged=True) == pytest.approx(expected)
 
 
+@pytest.mark.heavy
 def test_comparison_ci_agrees_with_rliable(scores: tuple[np.ndarray, np.ndarray]) -> None:
     x, y = scores
     x, y = x[:4], y[:4]  # rliable's P(X > Y) bootstrap runs Mann-Whitney per task per replicate: slow

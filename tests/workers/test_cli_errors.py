@@ -153,6 +153,7 @@ async def test_error_path(name: str, tmp_path: Path, temporal_address: str) -> N
         assert out.strip(), err[-3000:]
 
 
+@pytest.mark.heavy
 async def test_ctrl_c_says_where_the_workflows_wait(client: Client, temporal_address: str, tmp_path: Path) -> None:
     """An interrupted command leaves through the same path: exit 130, and the queue its work waits on."""
     held = SlowModel(CalculatorPolicy())

@@ -18,6 +18,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 
 from gymflow.envs.builtin.math.policy import CalculatorPolicy
@@ -48,6 +49,7 @@ async def served_by(client: Client, workflow_id: str) -> set[str]:
     return {getattr(e, a).identity for e in history.events for a in SERVED_EVENTS if e.HasField(a)}
 
 
+@pytest.mark.heavy
 async def test_parallel_commands_never_run_or_print_each_others_workflows(
     client: Client, temporal_address: str, tmp_path: Path
 ) -> None:

@@ -44,6 +44,7 @@ def _gymflow(
     )  # fmt: skip
 
 
+@pytest.mark.heavy
 async def test_json_is_valid_when_every_rollout_infra_failed(temporal_address: str, tmp_path: Path) -> None:
     async def refuse(request: object) -> JSONResponse:
         return JSONResponse({"error": {"message": "no such model"}}, status_code=404)  # non-retryable: fails at once

@@ -30,6 +30,7 @@ def generate(out: Path, server: list[str], cwd: Path) -> dict[str, object]:
     return json.loads(run.stdout)  # type: ignore[no-any-return]
 
 
+@pytest.mark.heavy
 def test_generate_and_show(temporal_address: str, tmp_path: Path) -> None:
     server = ["--address", temporal_address, "--task-queue", f"cli-{uuid.uuid4().hex[:8]}"]
     out = tmp_path / "qa"

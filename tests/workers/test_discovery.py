@@ -31,6 +31,7 @@ def cli(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.Comple
     )  # fmt: skip
 
 
+@pytest.mark.heavy
 def test_gymflow_envs_is_a_table_of_tasks_policies_tools_and_descriptions() -> None:
     run = cli("envs")
     assert run.returncode == 0, run.stderr[-3000:]
@@ -123,6 +124,7 @@ def test_eval_search_with_the_common_reference_policy(temporal_address: str, tmp
     assert policy["mean"]["value"] > 0  # the sample dataset, played by the retrieve-read-extract policy
 
 
+@pytest.mark.heavy
 def test_eval_units_the_readmes_env_runs_from_the_cli(temporal_address: str, tmp_path: Path) -> None:
     report = eval_json(temporal_address, tmp_path, "units")  # no --policy, no --model-url: its reference
     policy = report["policy"]

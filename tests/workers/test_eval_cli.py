@@ -8,7 +8,10 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.heavy
 def test_eval_policy_against_baseline(temporal_address: str, tmp_path: Path) -> None:
     out_dir = tmp_path / "report"
     command = [

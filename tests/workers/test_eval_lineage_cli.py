@@ -94,6 +94,7 @@ async def refuse(case: str, batch: BatchResult, *, address: str, tmp_path: Path)
         pytest.param(sorted(set(CASES) - DEFAULT - {"rescore/storage-gone"}), id="all", marks=pytest.mark.slow),
     ],
 )
+@pytest.mark.heavy
 async def test_refusals_are_one_line_and_lose_nothing(
     cases: list[str], client: Client, worker: RunningWorker, temporal_address: str, tmp_path: Path
 ) -> None:

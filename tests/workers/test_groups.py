@@ -8,6 +8,7 @@ import itertools
 import uuid
 from collections.abc import Iterator, Sequence
 
+import pytest
 from temporalio.client import Client
 
 from gymflow.activities.model import ModelConfig
@@ -45,6 +46,7 @@ def counted(tasks: list[Task], pulled: list[int]) -> Iterator[Task]:
         yield task
 
 
+@pytest.mark.heavy
 async def test_groups_stream_with_bounded_in_flight_work_and_token_data(client: Client, worker: RunningWorker) -> None:
     tasks = generate_tasks(5, seed=8)
     pulled = [0]
@@ -68,6 +70,7 @@ async def test_groups_stream_with_bounded_in_flight_work_and_token_data(client: 
             assert sum(sequence.loss_mask) == sum(len(t.completion_ids) for t in trajectory.tokens) > 0
 
 
+@pytest.mark.heavy
 async def test_infra_failed_samples_are_flagged_not_scored(client: Client, worker: RunningWorker) -> None:
     async with PolicyServer(CountingPolicy(fail_every=3)) as server:
         sdk = GymflowClient(client, env="math", task_queue=worker.task_queue)
@@ -80,6 +83,7 @@ async def test_infra_failed_samples_are_flagged_not_scored(client: Client, worke
     assert all(r == 1.0 and a is not None for t, r, a in samples if not t.infra_failed)
 
 
+@pytest.mark.heavy
 async def test_a_batch_resumes_by_id_without_running_anything_twice(client: Client, worker: RunningWorker) -> None:
     tasks = generate_tasks(3, seed=9)
     policy = CountingPolicy()

@@ -145,6 +145,7 @@ def _visible(found: status.Status, batch_id: str, orphan_id: str) -> bool:
     return orphan_id in rows and batch is not None and batch.env == "crm" and found.rollouts_running.get("crm", 0) >= 2
 
 
+@pytest.mark.heavy
 async def test_status_lists_running_parents_with_progress(
     client: Client, worker: RunningWorker, temporal_address: str
 ) -> None:

@@ -60,6 +60,7 @@ def _log_lines(stderr: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("command", [pytest.param("rollout", marks=pytest.mark.slow), "eval"])  # one CLI run by default
+@pytest.mark.heavy
 async def test_json_stdout_is_pure_while_core_sdk_and_gymflow_warn(
     command: str, temporal_address: str, calculator_policy_url: str, tmp_path: Path
 ) -> None:

@@ -62,6 +62,7 @@ def dashboard_metrics() -> set[str]:
     return names
 
 
+@pytest.mark.heavy
 async def test_a_worker_exports_gymflow_and_sdk_metrics_that_move_during_a_batch(
     temporal_address: str, calculator_policy_url: str, tmp_path: Path
 ) -> None:

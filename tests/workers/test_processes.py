@@ -161,6 +161,7 @@ def solved(result: RolloutResult) -> bool:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.heavy
 async def test_two_processes_run_rollouts_on_both_nodes_and_stop_cleanly(
     client: Client, temporal_address: str, calculator_policy_url: str, tmp_path: Path
 ) -> None:

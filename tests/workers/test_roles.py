@@ -101,6 +101,7 @@ async def test_a_rollout_only_worker_registers_only_rollout_work_and_runs_a_roll
     assert not result.infra_failed and result.reward is not None and result.reward.total == 1.0, result
 
 
+@pytest.mark.heavy
 def test_a_rollout_only_worker_process_never_imports_the_other_roles(temporal_address: str, tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""

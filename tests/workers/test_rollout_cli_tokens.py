@@ -8,9 +8,12 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 from gymflow.envs.wire.tokens import TokenSequence, TurnTokens
 
 
+@pytest.mark.heavy
 def test_rollout_json_includes_token_data(temporal_address: str, tmp_path: Path) -> None:
     command = [
         sys.executable, "-m", "gymflow.workers.cli", "rollout", "math", "--n", "2", "--json", "--tokens", "vllm",

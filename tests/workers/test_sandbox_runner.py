@@ -222,6 +222,7 @@ builtins.__import__ = _hiding
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.heavy
 async def test_a_worker_whose_sdk_lacks_the_private_modules_starts_on_the_stock_runner(
     client: Client, temporal_address: str, calculator_policy_url: str, tmp_path: Path
 ) -> None:

@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from gymflow.envs.mcp.http import free_port
 from gymflow.workers.client import connect
 from gymflow.workers.servers import temporal as embedded
@@ -51,6 +53,7 @@ async def reachable(port: int) -> None:
     await embedded.wait_until_reachable(lambda: connect(f"127.0.0.1:{port}"), timeout_s=60)
 
 
+@pytest.mark.heavy
 async def test_a_second_server_on_one_data_dir_is_refused(tmp_path: Path) -> None:
     data = tmp_path / "data"
     port, other, third = free_port(), free_port(), free_port()
@@ -87,6 +90,7 @@ async def test_a_second_server_on_one_data_dir_is_refused(tmp_path: Path) -> Non
         embedded.stop_background(data_dir=data)
 
 
+@pytest.mark.heavy
 async def test_a_killed_server_leaves_no_stale_lock_and_a_foreground_one_holds_it(tmp_path: Path) -> None:
     data = tmp_path / "data"
     port, other = free_port(), free_port()

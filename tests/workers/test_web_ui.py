@@ -164,6 +164,7 @@ async def start_batch_with_temporal_cli(address: str, queue: str, batch_id: str,
     await asyncio.to_thread(subprocess.run, command, check=True, capture_output=True, timeout=60)
 
 
+@pytest.mark.heavy
 async def test_rollout_page_and_batch_report(
     client: Client, worker: RunningWorker, web_ui: str, temporal_address: str, tmp_path: Path
 ) -> None:
@@ -212,6 +213,7 @@ async def test_rollout_page_and_batch_report(
         assert report.url.startswith(f"{web_ui}/namespaces/default/workflows?query=")
 
 
+@pytest.mark.heavy
 async def test_a_fused_math_rollout_lists_its_tool_calls_and_results(
     client: Client, worker: RunningWorker, web_ui: str, calculator_policy_url: str, tmp_path: Path
 ) -> None:

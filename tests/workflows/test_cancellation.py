@@ -125,6 +125,7 @@ async def cancel_batch_of(client: Client, tmp_path: Path, n: int) -> None:
     )  # fmt: skip
 
 
+@pytest.mark.heavy
 async def test_cancelled_batch_of_20_cancels_its_children_and_frees_every_server_within_10s(
     client: Client, tmp_path: Path
 ) -> None:

@@ -90,6 +90,7 @@ async def test_infra_failed_samples_are_excluded_from_group_statistics(client: C
     assert [a for a in result.advantages if a is not None] == [0.0, 0.0]
 
 
+@pytest.mark.heavy
 async def test_batch_continues_as_new_and_writes_jsonl(client: Client, worker: RunningWorker) -> None:
     batch_id = f"batch-{uuid.uuid4().hex[:8]}"
     async with PolicyServer(CalculatorPolicy()) as server:

@@ -41,6 +41,7 @@ class StallWhileNodeUp(ScriptedPolicy):
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["classic", "fused-turns"])
+@pytest.mark.heavy
 async def test_lost_node_is_detected_and_the_rollout_reinitialised_elsewhere(
     client: Client, temporal_address: str, tmp_path: Path, fused: bool
 ) -> None:

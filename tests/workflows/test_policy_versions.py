@@ -72,6 +72,7 @@ class GatedModel:
 
 
 @pytest.mark.parametrize("mode", ["continue", "drain"])
+@pytest.mark.heavy
 async def test_a_weight_update_during_64_rollouts_in_flight(client: Client, worker: RunningWorker, mode: str) -> None:
     model = GatedModel()
     tasks = generate_tasks(8, seed=5, difficulty=2)  # two tool calls and an answer: 3 turns each

@@ -95,6 +95,7 @@ async def check_visible(client: Client, result: BatchResult, source_id: str) -> 
 
 
 @pytest.mark.timeout(300)  # about 30 s on two shared cores; more when others load them
+@pytest.mark.heavy
 async def test_rescore_200_rollouts_without_a_model_call(
     client: Client, worker: RunningWorker, temporal_address: str, tmp_path: Path
 ) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import figures
+import pytest
 from batch_support import FAILING_TASKS, MentalMathPolicy, TransientMathEnv
 from mcp_support import eventually, wait_polling
 from starlette.types import Receive, Scope, Send
@@ -98,6 +99,7 @@ def side(summary: dict[str, Any]) -> tuple[Any, ...]:
     return policy["rollouts"], policy["completed"], policy["infra_failed"], policy["mean"]["value"], sorted(rows)
 
 
+@pytest.mark.heavy
 async def test_resume_after_kill_9_of_the_worker(client: Client, temporal_address: str, tmp_path: Path) -> None:
     tasks = generate_tasks(TASKS, seed=SEED, difficulty=1)
     rollouts = TASKS * SAMPLES

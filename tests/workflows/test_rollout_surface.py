@@ -142,6 +142,7 @@ async def test_api_key_is_used_but_never_in_history(client: Client, tmp_path: Pa
     assert secret not in history and secret[8:] not in history
 
 
+@pytest.mark.heavy
 def test_demo_command_runs_a_batch(temporal_address: str, tmp_path: Path) -> None:
     """`gymflow demo` as a user runs it (against the test server): 16 rollouts, all solved."""
     queue = f"demo-{uuid.uuid4().hex[:8]}"

@@ -89,6 +89,7 @@ async def failure(handle: WorkflowHandle[Any, Any]) -> BaseException | None:
     return info.value.cause
 
 
+@pytest.mark.heavy
 async def test_a_run_validates_launches_evaluates_and_records_lineage(
     client: Client, s3_worker: RunningWorker, calculator_policy_url: str, s3_endpoint: str, tmp_path: Path
 ) -> None:
@@ -199,6 +200,7 @@ async def test_every_problem_of_a_config_is_named_in_one_failure(
     assert not (worker.settings.data_dir / "training" / str(run.run_id)).exists()
 
 
+@pytest.mark.heavy
 async def test_a_baseline_checkpoint_the_trainer_never_reports_fails_the_run_saying_so(
     client: Client, worker: RunningWorker, calculator_policy_url: str
 ) -> None:
@@ -208,6 +210,7 @@ async def test_a_baseline_checkpoint_the_trainer_never_reports_fails_the_run_say
     assert "baseline.checkpoint: the trainer finished without reporting checkpoint 'step-000000'" in cause.message
 
 
+@pytest.mark.heavy
 async def test_a_trainer_that_crashes_fails_the_run_with_its_last_log_lines(
     client: Client, worker: RunningWorker, calculator_policy_url: str
 ) -> None:
@@ -232,6 +235,7 @@ def _trainer_pid(data_dir: Path, run: str) -> int:
     return int(json.loads((data_dir / "training" / run / "trainer.json").read_text())["pid"])
 
 
+@pytest.mark.heavy
 async def test_cancel_stops_the_trainer_within_10_s_and_cancels_children(
     client: Client, worker: RunningWorker, calculator_policy_url: str, tmp_path: Path
 ) -> None:
@@ -270,6 +274,7 @@ def _running(pid: int) -> bool:
     return state not in {"Z", "X"}
 
 
+@pytest.mark.heavy
 async def test_launching_the_same_run_twice_starts_one_trainer(
     client: Client, worker: RunningWorker, calculator_policy_url: str, tmp_path: Path
 ) -> None:

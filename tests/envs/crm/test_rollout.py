@@ -21,6 +21,7 @@ from gymflow.workers.worker import RunningWorker
 from support import ScriptedPolicy, call, play
 
 
+@pytest.mark.heavy
 async def test_reference_rollouts_score_one(client: Client, worker: RunningWorker) -> None:
     for task in generate_tasks(4, seed=0):  # ids, a query's winner, a knowledge sentence, a sum
         result = await play(client, worker, ReferencePolicy(), env="crm", task=task)

@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
 from mcp_support import HTTP_COUNTER, ROOT, MakeEnv, wait_until
 
 from gymflow.envs.mcp.ledger import reap_orphans, start_time
@@ -34,6 +35,7 @@ def alive(pid: int) -> bool:
     return start_time(pid) is not None
 
 
+@pytest.mark.heavy
 async def test_reaper_kills_a_dead_workers_servers_and_spares_live_ones(make_env: MakeEnv, tmp_path: Path) -> None:
     root = tmp_path / "workspaces"
     worker = await asyncio.create_subprocess_exec(

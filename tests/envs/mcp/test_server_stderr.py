@@ -55,6 +55,7 @@ def cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.
     )  # fmt: skip
 
 
+@pytest.mark.heavy
 def test_a_server_that_fails_at_start_says_why_in_the_error_the_logs_and_inspect(
     temporal_address: str, tmp_path: Path
 ) -> None:

@@ -130,6 +130,7 @@ def pids_files(sandbox: ContainerSandbox) -> tuple[Path, Path]:
     raise AssertionError(f"no pids cgroup for {sandbox.executor.cgroup}")
 
 
+@pytest.mark.heavy
 async def test_fork_bomb_is_contained_by_the_pids_limit(
     runtime: ContainerRuntime, base_image: str, tmp_path: Path
 ) -> None:

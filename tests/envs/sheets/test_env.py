@@ -42,6 +42,7 @@ async def test_reference_scores_one_and_null_zero(sheets_env: SheetsEnv, tasks: 
 
 
 @pytest.mark.usefixtures("code_runs")
+@pytest.mark.heavy
 async def test_tool_failures_are_observations_and_the_server_goes_on(
     sheets_env: SheetsEnv, tasks: list[Task], answers: dict[str, str]
 ) -> None:

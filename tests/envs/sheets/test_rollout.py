@@ -44,6 +44,7 @@ register(UnsafeSheetsEnv.name, UnsafeSheetsEnv)
 
 
 @pytest.mark.usefixtures("code_runs")
+@pytest.mark.heavy
 async def test_reference_rollout_scores_one(client: Client, worker: RunningWorker, tasks: list[Task]) -> None:
     task = next(t for t in tasks if t.metadata["formula_answer"])  # scores only through recalculation
     result = await play(client, worker, ReferencePolicy(), env="sheets", task=task)
@@ -71,6 +72,7 @@ def _run(code: str) -> Message:
 
 
 @pytest.mark.usefixtures("code_runs")
+@pytest.mark.heavy
 async def test_sandbox_violations_are_error_observations(
     client: Client, worker: RunningWorker, tasks: list[Task], answers: dict[str, str], temporal_address: str
 ) -> None:
@@ -113,6 +115,7 @@ async def test_sandbox_violations_are_error_observations(
 
 
 @pytest.mark.usefixtures("code_runs")
+@pytest.mark.heavy
 async def test_bad_inputs_give_clear_errors_and_the_worker_goes_on(
     client: Client, worker: RunningWorker, tasks: list[Task], answers: dict[str, str], tmp_path: Path
 ) -> None:
@@ -145,6 +148,7 @@ async def test_bad_inputs_give_clear_errors_and_the_worker_goes_on(
     assert result.reward is not None and result.reward.total == 1.0
 
 
+@pytest.mark.heavy
 async def test_without_a_sandbox_a_rollout_ends_env_unavailable_never_scored(
     client: Client, worker: RunningWorker, tasks: list[Task], monkeypatch: pytest.MonkeyPatch
 ) -> None:

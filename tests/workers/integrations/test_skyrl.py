@@ -95,6 +95,7 @@ def sheets_task() -> Task:
     [("math", math_task, CalculatorPolicy()), ("sheets", sheets_task, ReferencePolicy())],
     ids=["math", "sheets"],
 )
+@pytest.mark.heavy
 async def test_correct_play_scores_one_and_wrong_play_zero(
     worker: RunningWorker, temporal_address: str, env: str, make_task: Any, policy: Policy
 ) -> None:

@@ -111,6 +111,7 @@ def test_rows_must_be_groups_of_one_prompt() -> None:
 
 @pytest.mark.timeout(600)  # importing torch and TRL alone takes 10-20 s on 2 cores
 @pytest.mark.skipif(not ready(), reason=f"the trainer venv is missing: {INSTALL_COMMAND}")
+@pytest.mark.heavy
 def test_two_grpo_steps_of_a_tiny_model_through_trl(temporal_address: str, tmp_path: Path) -> None:
     out = tmp_path / "steps.json"
     command = [
@@ -133,6 +134,7 @@ def test_two_grpo_steps_of_a_tiny_model_through_trl(temporal_address: str, tmp_p
 
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(not ready(), reason=f"the trainer venv is missing: {INSTALL_COMMAND}")
+@pytest.mark.heavy
 async def test_train_launch_runs_the_trl_trainer_and_evaluates_its_checkpoints(
     client: Client, worker: RunningWorker
 ) -> None:
@@ -196,6 +198,7 @@ def test_smollm2_trains_through_gymflow_on_the_math_env(temporal_address: str, t
 
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not ready(), reason=f"the trainer venv is missing: {INSTALL_COMMAND}")
+@pytest.mark.heavy
 def test_the_transformers_policy_server_answers_bad_requests_clearly(tmp_path: Path) -> None:
     out = tmp_path / "hf.json"
     done = subprocess.run([str(PYTHON), str(ROOT / "tests" / "workers" / "hf_policy_check.py"), str(out)],
