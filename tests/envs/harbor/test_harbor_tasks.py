@@ -12,8 +12,7 @@ from mcp import Client
 
 from gymflow.envs.builtin.harbor.task import HarborTask, load_dataset
 from gymflow.envs.builtin.harbor.verifier import VerifierResult, install_solution, run_verifier, start_task
-from gymflow.envs.contract import TerminationReason
-from gymflow.envs.errors import VerifierError
+from gymflow.envs.errors import RewardError, VerifierError
 from gymflow.envs.runtime.container import ContainerRuntime
 from gymflow.envs.runtime.terminal import build_server
 
@@ -50,7 +49,7 @@ async def test_oracle_scores_one_null_zero_and_broken_verifiers_are_flagged(
             try:
                 results.append(await attempt(runtime, task, tmp_path, oracle=oracle))
             except VerifierError as exc:
-                assert exc.termination is TerminationReason.REWARD_ERROR
+                assert isinstance(exc, RewardError)  # reward_error: flagged, never a 0
                 results.append(exc.reason.value)
         outcomes[task.name] = (results[0], results[1])
 
