@@ -1,8 +1,10 @@
-"""kill -9 a worker during a 32-rollout Harbor batch on two real worker processes.
+"""kill -9 every worker during a 32-rollout Harbor batch on two real worker processes (on the engine under
+test: .ci/run runs it on podman and on Docker Engine).
 
 Every rollout completes (its container rebuilt and its tool calls replayed on a fresh one) or is
 flagged infra-failed; none is scored from a dead container (each scored one is the oracle's 1.0);
-and 60 s after the batch no container carrying gymflow's labels is left on the host.
+and 60 s after the batch no container or network carrying gymflow's labels is left on the host
+(a multi-container task's rollouts leave both behind when their worker dies).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 __all__ = ["base_image"]  # the fixture: a real engine and the base image, or a skip naming the install
 
 TASKS = Path(__file__).parents[1] / "envs" / "harbor" / "tasks"
-SOLVABLE = ("edit-config", "fix-script", "make-executable", "sort-numbers")
+SOLVABLE = ("edit-config", "fix-script", "make-executable", "sort-numbers", "service-token")
+"""service-token has a compose service: its rollouts also leave a network and a second container."""
 ROLLOUTS = 32
 KILL_AT = 8
 
@@ -55,6 +58,25 @@ def gymflow_containers(state_root: Path) -> list[str]:
     inspect = [binary, "inspect", "--format", fmt, *names]
     inspected = subprocess.run(inspect, capture_output=True, text=True, check=False)  # one may go meanwhile
     return [state for state in inspected.stdout.split() if state.startswith(str(state_root))]
+
+
+def gymflow_networks(state_root: Path) -> list[str]:
+    """Rollout networks with gymflow's labels whose rollout's disk lived under `state_root`."""
+    binary = Engine.detect().binary
+    listed = subprocess.run(
+        [binary, "network", "ls", "--filter", "label=gymflow=1", "--format", "{{.Name}}"], capture_output=True,
+        text=True, check=True,
+    )  # fmt: skip
+    names = listed.stdout.split()
+    fmt = '{{index .Labels "gymflow.state"}}'
+    found = []
+    for name in names:  # one at a time: a network removed meanwhile fails only its own inspect
+        inspected = subprocess.run(
+            [binary, "network", "inspect", "--format", fmt, name], capture_output=True, text=True, check=False
+        )
+        if inspected.stdout.strip().startswith(str(state_root)):
+            found.append(name)
+    return found
 
 
 async def finished(handle: WorkflowHandle[Any, BatchResult]) -> int:
@@ -100,16 +122,19 @@ async def test_harbor_batch_survives_a_kill_9_and_leaves_no_container(
                 assert time.monotonic() < deadline, "batch stalled"
                 await asyncio.sleep(0.2)
             in_flight = len(gymflow_containers(state_root))
-            workers.kill(0)
-            workers.start(0)
+            networks_at_kill = len(gymflow_networks(state_root))
+            for rank in (0, 1):  # every worker of the fleet: nothing is left alive to release a thing
+                workers.kill(rank)
+            for rank in (0, 1):  # their successors reap what the dead left, and the batch goes on
+                workers.start(rank)
             result: BatchResult = await asyncio.wait_for(handle.result(), timeout=1200)
         batch_s = time.monotonic() - started
-        # The fleet stopped (gracefully) with the block: every container must be gone within 60 s.
+        # The fleet stopped (gracefully) with the block: every container and network must be gone within 60 s.
         gone_by = time.monotonic() + 60
-        left = gymflow_containers(state_root)
+        left = gymflow_containers(state_root) + gymflow_networks(state_root)
         while left and time.monotonic() < gone_by:
             await asyncio.sleep(1)  # polling the engine: it has no event to wait on
-            left = gymflow_containers(state_root)
+            left = gymflow_containers(state_root) + gymflow_networks(state_root)
     assert left == [], left
 
     trajectories = await read_trajectories(result.parts)
@@ -123,8 +148,9 @@ async def test_harbor_batch_survives_a_kill_9_and_leaves_no_container(
     ]
     assert len(scored) >= ROLLOUTS // 2, flagged
     figures.record(
-        "chaos", "kill -9 a worker during a 32-rollout Harbor batch, 2 worker processes",
+        "chaos", f"kill -9 every worker during a 32-rollout Harbor batch, 2 worker processes, {Engine.detect().kind}",
         started=ROLLOUTS, scored=len(scored), flagged=len(flagged), containers_at_kill=in_flight,
+        networks_at_kill=networks_at_kill,
         recovered=sum(t.recoveries > 0 for t in trajectories), batch_s=round(batch_s, 1),
         flagged_reasons=dict(Counter(reason for _, reason, _ in flagged)),
     )  # fmt: skip
