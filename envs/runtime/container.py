@@ -50,7 +50,7 @@ from gymflow.envs.runtime.base import (
 from gymflow.envs.runtime.cexec import ContainerExec, cgroup_of_pid
 from gymflow.envs.runtime.disk import RolloutDisk
 from gymflow.envs.runtime.diskwatch import DiskCapUnavailable, DiskGuarantee, DiskWatch, probe_storage_opt
-from gymflow.envs.runtime.engine import Engine, client_dir, label_flags, labels_of, limit_flags
+from gymflow.envs.runtime.engine import Engine, client_dir, label_flags, limit_flags, rollout_labels
 from gymflow.envs.runtime.services import ServiceGroup
 from gymflow.envs.runtime.transport import server_env
 from gymflow.envs.runtime.workspace import check_workspace, link_workspace
@@ -320,10 +320,11 @@ class ContainerRuntime(Runtime):
         group = None
         try:
             args = ["run", "-d", "--name", name, *self.engine.run_flags(), "--init"]
-            args += label_flags(self.node_id, rollout_id, self.owner, str(disk.path))
+            labels = rollout_labels(self.node_id, rollout_id, self.owner, str(disk.path))
+            args += label_flags(labels)
             args += limit_flags(spec.limits, joins_network=spec.services is not None)
             if spec.services is not None:
-                group = ServiceGroup(self.engine, spec.services, labels=labels_of(args), state_dir=self.state_root)
+                group = ServiceGroup(self.engine, spec.services, labels=labels, state_dir=self.state_root)
                 await group.start()
                 args += group.main_flags()
             args += ["--security-opt", "no-new-privileges", "--hostname", "sandbox", "--workdir", workdir]

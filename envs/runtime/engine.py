@@ -282,9 +282,13 @@ def kill_session(process: asyncio.subprocess.Process) -> None:
             os.killpg(process.pid, signal.SIGKILL)
 
 
-def label_flags(node_id: str, rollout_id: str, owner: str, state: str) -> list[str]:
-    pairs = {LABEL_MARKER: "1", LABEL_NODE: node_id, LABEL_ROLLOUT: rollout_id, LABEL_OWNER: owner, LABEL_STATE: state}
-    return [arg for key, value in pairs.items() for arg in ("--label", f"{key}={value}")]
+def rollout_labels(node_id: str, rollout_id: str, owner: str, state: str) -> dict[str, str]:
+    """The labels of a rollout's containers (and of its services and network)."""
+    return {LABEL_MARKER: "1", LABEL_NODE: node_id, LABEL_ROLLOUT: rollout_id, LABEL_OWNER: owner, LABEL_STATE: state}
+
+
+def label_flags(labels: dict[str, str]) -> list[str]:
+    return [arg for key, value in labels.items() for arg in ("--label", f"{key}={value}")]
 
 
 def limit_flags(limits: Limits, *, joins_network: bool = False) -> list[str]:
@@ -293,9 +297,3 @@ def limit_flags(limits: Limits, *, joins_network: bool = False) -> list[str]:
     flags = ["--cpus", f"{limits.cpus:g}", "--memory", memory, "--memory-swap", memory]
     flags += ["--pids-limit", str(limits.pids), "--ulimit", f"nproc={limits.pids}:{limits.pids}"]
     return flags if limits.network or limits.network_allow or joins_network else [*flags, "--network", "none"]
-
-
-def labels_of(args: list[str]) -> dict[str, str]:
-    """The `--label KEY=VALUE` pairs of a `run` argv (the service containers carry the rollout's)."""
-    pairs = [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--label"]
-    return dict(pair.split("=", 1) for pair in pairs)
