@@ -1,14 +1,16 @@
 """Benchmark: per-rollout MCP isolation — warm-pool vs cold init latency, and how many isolated
 calculator servers one machine holds, with the memory each costs.
 
-    python bench/mcp_isolation.py [--servers 200] [--samples 30]
+    python bench/mcp_isolation.py [--servers 1000] [--plain-servers 200] [--samples 30]
 
-Writes bench/out/mcp_isolation.json and bench/out/mcp_isolation.png. Three measurements:
+Writes bench/out/mcp_isolation.json and bench/out/mcp_isolation.png. Each measurement is made for
+both ways a server starts (gymflow.envs.runtime.forkserver): `plain` (a new interpreter that imports
+`mcp` itself) and `fork` (forked from the node's fork server, which imported it once):
 
 1. init latency: `McpEnv.init_rollout` with the pool off (a cold start: process + handshake) and
    with a warm pool (a ready set handed out), p50/p95 over `--samples` inits;
-2. capacity: `--servers` rollouts held at once, each with its own calculator process and
-   workspace, started 8 at a time; every one must answer a tool call while all are up; memory per
+2. capacity: `--servers` rollouts held at once (`--plain-servers` plainly started), each with its
+   own calculator process and workspace, started 8 at a time; every one must answer a tool call while all are up; memory per
    server is PSS/RSS from /proc/PID/smaps_rollup, and the run stops early if MemAvailable falls
    under 2 GiB;
 3. what a server's memory and start time go to: PSS of a bare interpreter and of each import
@@ -34,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gymflow.envs.mcp.env import McpEnv  # noqa: E402
+from gymflow.envs.runtime.forkserver import node_fork_servers  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 CALCULATOR = {
@@ -84,6 +87,8 @@ def percentiles(values: list[float]) -> dict[str, float]:
 
 async def init_latency(root: Path, samples: int) -> dict[str, Any]:
     cold_env = McpEnv(servers=CALCULATOR, workspace_root=root / "cold", pool_size=0)
+    await cold_env.init_rollout("first")  # a fork server starts once per node, not per rollout
+    await cold_env.release_rollout("first")
     cold = []
     for i in range(samples):
         started = time.perf_counter()
@@ -124,11 +129,13 @@ async def capacity(root: Path, target: int) -> dict[str, Any]:
                 {"servers": len(held), "mem_available_kb": mem_available_kb(), "t_s": time.perf_counter() - started}
             )
         start_s = time.perf_counter() - started
+        zygotes = [s.process.pid for s in node_fork_servers().servers.values() if s.process is not None]
         answers = await asyncio.gather(*(env.run_tool(r, "multiply", a=i, b=2) for i, r in enumerate(held)))
         all_answered = all(a.text == str(2 * i) for i, a in enumerate(answers))
         workspaces = {env.workspace(r) for r in held}
         pids = [pid for r in held for pid in env.server_pids(r).values() if pid is not None]
         per_server = [smaps(pid) for pid in pids]
+        fork_servers = [smaps(pid) for pid in zygotes]
         worker_after = smaps(os.getpid())
         available_after = mem_available_kb()
     finally:
@@ -146,6 +153,7 @@ async def capacity(root: Path, target: int) -> dict[str, Any]:
         "server_rss_mb": {"median": round(statistics.median(rss) / 1024, 1), "max": round(max(rss) / 1024, 1)},
         "server_private_dirty_mb_median": round(statistics.median(s["private_dirty_kb"] for s in per_server) / 1024, 1),
         "servers_total_pss_gb": round(sum(pss) / 1024 / 1024, 2),
+        "fork_servers_pss_mb": [round(z["pss_kb"] / 1024, 1) for z in fork_servers],
         "worker_rss_growth_mb": round((worker_after["rss_kb"] - worker_before["rss_kb"]) / 1024, 1),
         "worker_rss_growth_per_server_kb": round(
             (worker_after["rss_kb"] - worker_before["rss_kb"]) / max(1, len(held))
@@ -212,37 +220,47 @@ def plot(report: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
-    for label, values in report["init_latency"]["raw_s"].items():
-        ms = sorted(v * 1000 for v in values)
-        axes[0].plot(ms, [(i + 1) / len(ms) for i in range(len(ms))], marker=".", label=label)
-    axes[0].set(
-        xscale="log", xlabel="init_rollout latency (ms, log)", ylabel="fraction", title="init: warm pool vs cold"
-    )
-    axes[0].legend()
-    cap = report["capacity"]
-    axes[1].hist([p / 1024 for p in cap["per_server_pss_kb"]], bins=30)
-    axes[1].set(xlabel="PSS per server (MB)", ylabel="servers",
-                title=f"{cap['held_concurrently']} calculator servers at once")  # fmt: skip
-    curve = cap["curve"]
-    axes[2].plot([c["servers"] for c in curve], [c["mem_available_kb"] / 1024 / 1024 for c in curve], marker=".")
+    for mode, result in report["modes"].items():
+        for label, values in result["init_latency"]["raw_s"].items():
+            ms = sorted(v * 1000 for v in values)
+            axes[0].plot(ms, [(i + 1) / len(ms) for i in range(len(ms))], marker=".", label=f"{mode}, {label}")
+        cap = result["capacity"]
+        axes[1].hist([p / 1024 for p in cap["per_server_pss_kb"]], bins=30, alpha=0.6,
+                     label=f"{mode}: {cap['held_concurrently']} servers")  # fmt: skip
+        curve = cap["curve"]
+        axes[2].plot([c["servers"] for c in curve], [c["mem_available_kb"] / 1024 / 1024 for c in curve], marker=".",
+                     label=mode)  # fmt: skip
+    axes[0].set(xscale="log", xlabel="init_rollout latency (ms, log)", ylabel="fraction", title="init latency")
+    axes[1].set(xlabel="PSS per server (MB)", ylabel="servers", title="calculator servers held at once")
     axes[2].set(xlabel="servers held", ylabel="MemAvailable (GiB)", title="machine memory as servers start")
+    for ax in axes:
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--servers", type=int, default=200, help="isolated servers to hold at once")
+    parser.add_argument("--servers", type=int, default=1000, help="forked isolated servers to hold at once")
+    parser.add_argument("--plain-servers", type=int, default=200, help="plainly started servers to hold at once")
     parser.add_argument("--samples", type=int, default=30, help="inits per latency measurement")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="gymflow-bench-"))
     report: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "mem_total_gb": round(
         int(Path("/proc/meminfo").read_text().split()[1]) / 1024 / 1024, 1)}}  # fmt: skip
-    report["init_latency"] = asyncio.run(init_latency(root, args.samples))
-    print("init latency", {k: v for k, v in report["init_latency"].items() if k != "raw_s"}, flush=True)
-    report["capacity"] = asyncio.run(capacity(root, args.servers))
-    print("capacity", {k: v for k, v in report["capacity"].items() if k not in {"curve", "per_server_pss_kb"}})
+    forks = node_fork_servers()
+    report["modes"] = {}
+    for mode, target in (("plain", args.plain_servers), ("fork", args.servers)):
+        forks.close()
+        forks.switch = mode == "fork"
+        latency = asyncio.run(init_latency(root / mode, args.samples))
+        print(mode, "init latency", {k: v for k, v in latency.items() if k != "raw_s"}, flush=True)
+        held = asyncio.run(capacity(root / mode, target))
+        print(mode, "capacity", {k: v for k, v in held.items() if k not in {"curve", "per_server_pss_kb"}}, flush=True)
+        report["modes"][mode] = {"init_latency": latency, "capacity": held}
+    forks.close()
+    forks.switch = None
     report["profile"] = {
         "import_layers": layer_profile(),
         "imports_gymflow_calculator": import_profile(sys.executable, "gymflow.envs.builtin.math.servers.calculator"),

@@ -79,6 +79,10 @@ class McpServerConfig(Wire):
     runtime: RuntimeConfig | None = None
     """Where this server runs: None, in the env's runtime (the rollout's sandbox); `{kind: process}`
     on the worker; another config, in a sandbox of its own (gymflow.envs.runtime.config)."""
+    fork: bool = True
+    """Fork each rollout's server from the node's fork server for this program, which has imported
+    its modules once, when it is a Python server (`python -m MODULE`, `python /abs/server.py`) on the
+    worker (gymflow.envs.runtime.forkserver); `false` starts every one plainly."""
     max_inline_media_bytes: int = Field(default=MAX_INLINE_MEDIA_BYTES, ge=0)
     """Images/audio/blobs of one result up to this many bytes stay inline (base64); larger ones
     are saved as workspace files (see gymflow.envs.contract.ToolAttachment)."""

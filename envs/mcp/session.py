@@ -31,6 +31,7 @@ from gymflow.envs.mcp.config import WORKSPACE, McpServerConfig
 from gymflow.envs.mcp.content import Parser, apply_parser, render_result
 from gymflow.envs.mcp.http import HttpServerProcess
 from gymflow.envs.runtime.base import Sandbox
+from gymflow.envs.runtime.forkserver import node_fork_servers
 from gymflow.envs.runtime.transport import ProcessTransport, with_log_tail
 
 _KILL_CONFIRM_S = 5.0
@@ -137,8 +138,9 @@ class McpSession:
             self._watch(self.http_process.wait())
         elif self.config.command is not None:
             command, args, env, cwd = self._spawn()
+            forks = node_fork_servers() if self.config.fork and self.sandbox is None else None
             self.transport = ProcessTransport(
-                command, args, env=env, cwd=cwd, stderr_path=self.log_path, nice=self.nice
+                command, args, env=env, cwd=cwd, stderr_path=self.log_path, nice=self.nice, forks=forks
             )
             target = self.transport
         else:

@@ -30,6 +30,8 @@ from anyio.abc import Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
+from gymflow.envs.runtime.forkserver import ForkedProcess, ForkServers
+
 _INHERITED_ENV = (
     *("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV"),
     *("GYMFLOW_CONTAINER_ENGINE", "GYMFLOW_OCI_RUNTIME", "DOCKER_HOST", "CONTAINER_HOST"),
@@ -58,15 +60,19 @@ class ProcessTransport:
         cwd: Path | None = None,
         stderr_path: Path | None = None,
         nice: int = 0,
+        forks: ForkServers | None = None,
     ) -> None:
+        """`forks`: the node's fork servers, to fork the server from when it is a Python program they
+        can run (gymflow.envs.runtime.forkserver); None, or a program they cannot, starts it plainly."""
         self.command = command
+        self.forks = forks
         self.args = list(args)
         self.env = server_env(env)
         self.cwd = cwd
         self.stderr_path = stderr_path
         self.nice = nice
         """Niceness added to the server's (it runs below the worker that drives it)."""
-        self.process: Process | None = None
+        self.process: Process | ForkedProcess | None = None
         self.closed = asyncio.Event()
         """Set once the server's stdout closes: it exited, or can never answer again."""
         self._stderr: IO[bytes] | None = None
@@ -85,14 +91,19 @@ class ProcessTransport:
     async def __aenter__(self) -> tuple[MemoryObjectReceiveStream[Any], MemoryObjectSendStream[SessionMessage]]:
         if self.stderr_path is not None:
             self._stderr = self.stderr_path.open("ab")
-        self.process = await anyio.open_process(
-            [self.command, *self.args],
-            env=self.env,
-            cwd=self.cwd,
-            stderr=self._stderr if self._stderr is not None else subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        if self.nice > 0:
+        if self.forks is not None:
+            self.process = await self.forks.spawn(
+                self.command, self.args, env=self.env, cwd=self.cwd, stderr=self._stderr, nice=self.nice
+            )
+        if self.process is None:
+            self.process = await anyio.open_process(
+                [self.command, *self.args],
+                env=self.env,
+                cwd=self.cwd,
+                stderr=self._stderr if self._stderr is not None else subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        if self.nice > 0 and not isinstance(self.process, ForkedProcess):  # a forked one niced itself
             with contextlib.suppress(OSError):  # gone already, or a platform without priorities
                 own = os.getpriority(os.PRIO_PROCESS, 0)
                 os.setpriority(os.PRIO_PROCESS, self.process.pid, min(19, own + self.nice))
@@ -114,7 +125,7 @@ class ProcessTransport:
 
     @contextlib.asynccontextmanager
     async def _bridge(
-        self, process: Process
+        self, process: Process | ForkedProcess
     ) -> AsyncIterator[tuple[MemoryObjectReceiveStream[Any], MemoryObjectSendStream[SessionMessage]]]:
         to_client, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](16)
         to_server, from_client = anyio.create_memory_object_stream[SessionMessage](16)
@@ -156,7 +167,7 @@ class ProcessTransport:
             if self._stderr is not None:
                 self._stderr.close()
 
-    async def _stop(self, process: Process) -> None:
+    async def _stop(self, process: Process | ForkedProcess) -> None:
         if process.stdin is not None:
             with contextlib.suppress(Exception):
                 await process.stdin.aclose()
@@ -206,7 +217,7 @@ def with_log_tail(message: str, path: Path | None) -> str:
     return f"{message}; its stderr ends:\n" + "\n".join(f"  {line}" for line in tail.splitlines())
 
 
-def kill_group(process: Process) -> None:
+def kill_group(process: Process | ForkedProcess) -> None:
     """SIGKILL a server's whole process group (it runs in its own session), if still running.
 
     A group that runs below the worker's priority (`nice`) first gets the worker's back where the
@@ -218,6 +229,8 @@ def kill_group(process: Process) -> None:
             os.setpriority(os.PRIO_PGRP, process.pid, os.getpriority(os.PRIO_PROCESS, 0))
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
+        if isinstance(process, ForkedProcess):  # killed before its own session began: not a group yet
+            process.kill()
 
 
 def _parse(line: bytes) -> SessionMessage | Exception:
