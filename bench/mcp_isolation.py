@@ -10,9 +10,9 @@ both ways a server starts (gymflow.envs.runtime.forkserver): `plain` (a new inte
 1. init latency: `McpEnv.init_rollout` with the pool off (a cold start: process + handshake) and
    with a warm pool (a ready set handed out), p50/p95 over `--samples` inits;
 2. capacity: `--servers` rollouts held at once (`--plain-servers` plainly started), each with its
-   own calculator process and workspace, started 8 at a time; every one must answer a tool call while all are up; memory per
-   server is PSS/RSS from /proc/PID/smaps_rollup, and the run stops early if MemAvailable falls
-   under 2 GiB;
+   own calculator process and workspace, started 8 at a time; every one must answer a tool call
+   while all are up; memory per server is PSS/RSS from /proc/PID/smaps_rollup, and the run stops
+   early if MemAvailable falls under 2 GiB;
 3. what a server's memory and start time go to: PSS of a bare interpreter and of each import
    layer of the server, and the slowest imports (`python -X importtime`); the same for the
    third-party mcp 1.x calculator when .venv-mcp-servers is installed, for comparison.
