@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -245,6 +246,7 @@ def main() -> None:
     parser.add_argument("--plain-servers", type=int, default=200, help="plainly started servers to hold at once")
     parser.add_argument("--samples", type=int, default=30, help="inits per latency measurement")
     args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")  # fallbacks show
     OUT.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="gymflow-bench-"))
     report: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "mem_total_gb": round(

@@ -28,6 +28,7 @@ import socket
 import struct
 import subprocess
 import tempfile
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,8 +176,10 @@ class ForkServers:
     """On or off; None: as `GYMFLOW_FORK_SERVERS` says when asked (on unless `0`)."""
     servers: dict[ForkTarget, ForkServer] = field(default_factory=dict)
     refused: dict[ForkTarget, str] = field(default_factory=dict)
-    _locks: dict[tuple[int, ForkTarget], asyncio.Lock] = field(default_factory=dict)
-    """Per event loop (an asyncio lock belongs to the loop it first waited in) and program."""
+    _locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[ForkTarget, asyncio.Lock]] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
+    """Per event loop (an asyncio lock belongs to the loop it first waited in), then per program."""
 
     @property
     def enabled(self) -> bool:
@@ -210,7 +213,7 @@ class ForkServers:
             return None
 
     async def _server(self, target: ForkTarget, env: Mapping[str, str]) -> ForkServer | None:
-        lock = self._locks.setdefault((id(asyncio.get_running_loop()), target), asyncio.Lock())
+        lock = self._locks.setdefault(asyncio.get_running_loop(), {}).setdefault(target, asyncio.Lock())
         async with lock:
             server = self.servers.get(target)
             if server is not None and server.alive:

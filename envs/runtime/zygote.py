@@ -37,6 +37,15 @@ from typing import Any
 
 _HEADER = struct.Struct("!I")
 MAX_REQUEST_BYTES = 4 << 20
+MCP_RUNTIME = (
+    "anyio._backends._asyncio",
+    "anyio._core._sockets",
+    "anyio.streams.stapled",
+    "anyio.streams.tls",
+    "mcp.server.stdio",
+)
+"""What an MCP server imports only once it runs (its event loop, its stdio streams): loaded here too
+when the server's imports brought in `mcp`, so no child imports them on its own pages."""
 
 
 def main(argv: list[str]) -> int:
@@ -63,37 +72,81 @@ def preload(target: dict[str, Any]) -> str | None:
     names = target.get("preload")
     if names is None:
         names = imports_of(target)
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except BaseException as exc:  # the child imports it again and says why
-            print(f"preload of {name} failed: {exc!r}", file=sys.stderr, flush=True)
+    _import_all(names)
+    if "mcp" in sys.modules:  # an MCP server: what it imports once it runs, too
+        _import_all(MCP_RUNTIME)
+    if target.get("warm", True) and _guarded(_source_of(target)):
+        _warm(target)
     if threading.active_count() > 1:
         running = ", ".join(t.name for t in threading.enumerate() if t is not threading.main_thread())
         return f"importing the server started threads ({running}), which a fork would not carry"
     return None
 
 
-def imports_of(target: dict[str, Any]) -> list[str]:
-    """The modules a server's source imports at top level (absolute imports only), its package first."""
-    names: list[str] = []
-    source_path = target.get("path")
-    module = target.get("module")
-    if module:
-        package = module.rpartition(".")[0]
-        if package:
-            names.append(package)
+def _import_all(names: list[str] | tuple[str, ...]) -> None:
+    for name in names:
         try:
-            spec = importlib.util.find_spec(module)
+            importlib.import_module(name)
+        except BaseException as exc:  # the child imports it again and says why
+            print(f"preload of {name} failed: {exc!r}", file=sys.stderr, flush=True)
+
+
+def _warm(target: dict[str, Any]) -> None:
+    """Run the target's top level once, not as `__main__`: what building its tools caches (pydantic's
+    schemas, say) is then built here, in pages the children share, and each child's own run is cheaper."""
+    import runpy
+
+    try:
+        if target.get("module"):
+            runpy.run_module(target["module"], run_name="__gymflow_warm__")
+        else:
+            runpy.run_path(target["path"], run_name="__gymflow_warm__")
+    except BaseException as exc:  # the child runs it again and says why
+        print(f"warming {target} failed: {exc!r}", file=sys.stderr, flush=True)
+
+
+def _source_of(target: dict[str, Any]) -> ast.Module | None:
+    """The parsed source of the target, if it is a Python file that can be read."""
+    source_path = target.get("path")
+    if target.get("module"):
+        try:
+            spec = importlib.util.find_spec(target["module"])
         except (ImportError, ValueError):
             spec = None
         source_path = spec.origin if spec is not None and spec.has_location else None
     if not source_path or not str(source_path).endswith(".py"):
-        return names
+        return None
     try:
         with open(source_path, "rb") as handle:
-            tree = ast.parse(handle.read())
+            return ast.parse(handle.read())
     except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _guarded(tree: ast.Module | None) -> bool:
+    """Whether the source runs its server only under `if __name__ == "__main__":` (so its top level
+    can run here without serving)."""
+    if tree is None:
+        return False
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare):
+            left, right = node.test.left, node.test.comparators
+            names = [left, *right]
+            if any(isinstance(n, ast.Name) and n.id == "__name__" for n in names) and any(
+                isinstance(n, ast.Constant) and n.value == "__main__" for n in names
+            ):
+                return True
+    return False
+
+
+def imports_of(target: dict[str, Any]) -> list[str]:
+    """The modules a server's source imports at top level (absolute imports only), its package first."""
+    names: list[str] = []
+    module = target.get("module")
+    if module and module.rpartition(".")[0]:
+        names.append(module.rpartition(".")[0])
+    tree = _source_of(target)
+    if tree is None:
         return names
     for node in tree.body:
         if isinstance(node, ast.Import):

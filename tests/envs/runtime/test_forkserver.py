@@ -270,3 +270,20 @@ async def _gone_both(*pids: int) -> None:
         return Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
     await wait_until(lambda: not any(exists(pid) for pid in pids), what="the fork server and its child gone")
+
+
+async def test_a_server_that_serves_at_top_level_is_forked_without_being_warmed(
+    forks: ForkServers, tmp_path: Path
+) -> None:
+    """The fork server runs a target's top level once only when the source guards its serving with
+    `if __name__ == "__main__":`; one that serves unguarded would serve inside the fork server."""
+    script = tmp_path / "unguarded_server.py"
+    script.write_text(SERVER.replace('if __name__ == "__main__":\n    server.run()', "server.run()"))
+    assert "if __name__" not in script.read_text()
+    session = await started("probe", McpServerConfig(command="python", args=[str(script)]), tmp_path / "ws")
+    try:
+        facts = json.loads((await session.call("where", {})).text)
+        zygote = next(iter(forks.servers.values())).process
+        assert zygote is not None and facts["ppid"] == zygote.pid
+    finally:
+        await session.close()
