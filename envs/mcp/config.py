@@ -83,6 +83,9 @@ class McpServerConfig(Wire):
     """Fork each rollout's server from the node's fork server for this program, which has imported
     its modules once, when it is a Python server (`python -m MODULE`, `python /abs/server.py`) on the
     worker (gymflow.envs.runtime.forkserver); `false` starts every one plainly."""
+    preload: list[str] = Field(default_factory=list)
+    """Modules its fork server imports once, besides those the server's source imports at top level:
+    what the server imports later, at run time (an env package's own module, say)."""
     max_inline_media_bytes: int = Field(default=MAX_INLINE_MEDIA_BYTES, ge=0)
     """Images/audio/blobs of one result up to this many bytes stay inline (base64); larger ones
     are saved as workspace files (see gymflow.envs.contract.ToolAttachment)."""

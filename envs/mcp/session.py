@@ -140,7 +140,14 @@ class McpSession:
             command, args, env, cwd = self._spawn()
             forks = node_fork_servers() if self.config.fork and self.sandbox is None else None
             self.transport = ProcessTransport(
-                command, args, env=env, cwd=cwd, stderr_path=self.log_path, nice=self.nice, forks=forks
+                command,
+                args,
+                env=env,
+                cwd=cwd,
+                stderr_path=self.log_path,
+                nice=self.nice,
+                forks=forks,
+                preload=self.config.preload,
             )
             target = self.transport
         else:

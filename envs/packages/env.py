@@ -285,6 +285,7 @@ def package_env_class(record: PackageRecord, decl: EnvDecl, *, name: str | None 
             "command": str(record.python_path),
             "args": launch.bridge_args("serve"),
             "env": launch.bridge_env(record, decl),
+            "preload": launch.bridge_preload(decl),
             "startup_timeout_s": BRIDGE_START_S,
             "tool_timeouts": {CONTROL + verb: timeout for verb, timeout in CONTROL_TIMEOUTS_S.items()},
         }

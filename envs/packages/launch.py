@@ -99,6 +99,17 @@ def bridge_env(record: PackageRecord, decl: EnvDecl | None, *, target: str | Non
     }
 
 
+def bridge_preload(decl: EnvDecl) -> list[str]:
+    """What a bridge's fork server imports besides the bridge: the env's module and the bridge's adapter
+    for its kind (a bridge imports both only once it runs), so each rollout's bridge is forked with them."""
+    module = decl.target.partition(":")[0]
+    adapter = {"verifiers": "verifiers", "openenv": "openenv", "benchmax": "plain", "plain": "plain"}.get(decl.kind)
+    wanted = [f"{BRIDGE_MODULE}.{adapter}"] if adapter else []
+    if all(part.isidentifier() for part in module.split(".")):
+        wanted.append(module)
+    return wanted
+
+
 def bridge_args(command: str, *args: str) -> list[str]:
     return ["-m", BRIDGE_MODULE, command, *args]
 

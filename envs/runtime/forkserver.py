@@ -58,12 +58,16 @@ class ForkTarget:
     path: str | None = None
     python_env: tuple[tuple[str, str], ...] = ()
     """The `PYTHON*` variables of its environment (they shape imports, so a fork server has one set)."""
+    preload: tuple[str, ...] = ()
+    """Modules to import besides the source's own top-level imports."""
 
     def spec(self) -> str:
-        return json.dumps({"module": self.module, "path": self.path})
+        return json.dumps({"module": self.module, "path": self.path, "extra": list(self.preload)})
 
 
-def fork_target(executable: str, args: Sequence[str], env: Mapping[str, str], cwd: Path | None) -> ForkTarget | None:
+def fork_target(
+    executable: str, args: Sequence[str], env: Mapping[str, str], cwd: Path | None, preload: Sequence[str] = ()
+) -> ForkTarget | None:
     """The fork target of `executable args`, or None when this command must get the plain start."""
     if not Path(executable).name.startswith("python") or not args:
         return None
@@ -71,9 +75,9 @@ def fork_target(executable: str, args: Sequence[str], env: Mapping[str, str], cw
     if cwd is not None and any(str(cwd) in value for _, value in python_env):
         return None  # per-rollout import paths: each rollout would need a fork server of its own
     if args[0] == "-m" and len(args) >= 2 and all(part.isidentifier() for part in args[1].split(".")):
-        return ForkTarget(executable, module=args[1], python_env=python_env)
+        return ForkTarget(executable, module=args[1], python_env=python_env, preload=tuple(preload))
     if args[0].endswith(".py") and os.path.isabs(args[0]):
-        return ForkTarget(executable, path=args[0], python_env=python_env)
+        return ForkTarget(executable, path=args[0], python_env=python_env, preload=tuple(preload))
     return None
 
 
@@ -194,11 +198,12 @@ class ForkServers:
         cwd: Path | None,
         stderr: IO[bytes] | None,
         nice: int = 0,
+        preload: Sequence[str] = (),
     ) -> ForkedProcess | None:
         """A forked server for this command, or None when it gets the plain start."""
         if not self.enabled or cwd is None:
             return None
-        target = fork_target(executable, args, env, cwd)
+        target = fork_target(executable, args, env, cwd, preload)
         if target is None or target in self.refused:
             return None
         server = await self._server(target, env)

@@ -61,11 +61,14 @@ class ProcessTransport:
         stderr_path: Path | None = None,
         nice: int = 0,
         forks: ForkServers | None = None,
+        preload: Sequence[str] = (),
     ) -> None:
         """`forks`: the node's fork servers, to fork the server from when it is a Python program they
-        can run (gymflow.envs.runtime.forkserver); None, or a program they cannot, starts it plainly."""
+        can run (gymflow.envs.runtime.forkserver); None, or a program they cannot, starts it plainly;
+        `preload`: modules its fork server imports besides the server source's own imports."""
         self.command = command
         self.forks = forks
+        self.preload = tuple(preload)
         self.args = list(args)
         self.env = server_env(env)
         self.cwd = cwd
@@ -93,7 +96,13 @@ class ProcessTransport:
             self._stderr = self.stderr_path.open("ab")
         if self.forks is not None:
             self.process = await self.forks.spawn(
-                self.command, self.args, env=self.env, cwd=self.cwd, stderr=self._stderr, nice=self.nice
+                self.command,
+                self.args,
+                env=self.env,
+                cwd=self.cwd,
+                stderr=self._stderr,
+                nice=self.nice,
+                preload=self.preload,
             )
         if self.process is None:
             self.process = await anyio.open_process(

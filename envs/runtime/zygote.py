@@ -4,10 +4,12 @@
 
 Run by path with any Python 3.9+ (an env's own venv too): it imports only the standard library.
 TARGET_JSON names what it will run (`{"module": "pkg.server"}` or `{"path": "/abs/server.py"}`) and
-what to import first (`preload`: module names; by default the target's own top-level imports, read
-from its source). It imports those, freezes the heap (`gc.freeze`, so a child's garbage collector
-leaves the shared pages alone), then writes `ready PID` on stdout, or `refused: REASON` and exits
-when forking would not be safe (an import started a thread).
+what else to import (`extra`: module names, besides the target's own top-level imports, read from its
+source). It imports those (and the MCP SDK's run-time modules when the server uses `mcp`), runs a
+target's top level once when its serving is guarded by `if __name__ == "__main__":`, freezes the
+heap (`gc.freeze`, so a child's garbage collector leaves the shared pages alone), then writes
+`ready PID` on stdout, or `refused: REASON` and exits when forking would not be safe (an import
+started a thread).
 
 Each spawn is one connection to SOCKET: a length-prefixed JSON request (`args`, `env`, `cwd`,
 `nice`) with three file descriptors (the child's stdin, stdout and stderr). The fork server forks,
@@ -69,10 +71,7 @@ def main(argv: list[str]) -> int:
 
 def preload(target: dict[str, Any]) -> str | None:
     """Import what the target's children will need; a reason when forking would be unsafe."""
-    names = target.get("preload")
-    if names is None:
-        names = imports_of(target)
-    _import_all(names)
+    _import_all([*imports_of(target), *target.get("extra", [])])
     if "mcp" in sys.modules:  # an MCP server: what it imports once it runs, too
         _import_all(MCP_RUNTIME)
     if target.get("warm", True) and _guarded(_source_of(target)):
@@ -111,6 +110,8 @@ def _source_of(target: dict[str, Any]) -> ast.Module | None:
     if target.get("module"):
         try:
             spec = importlib.util.find_spec(target["module"])
+            if spec is not None and spec.submodule_search_locations is not None:  # a package runs its __main__
+                spec = importlib.util.find_spec(target["module"] + ".__main__")
         except (ImportError, ValueError):
             spec = None
         source_path = spec.origin if spec is not None and spec.has_location else None
@@ -140,20 +141,37 @@ def _guarded(tree: ast.Module | None) -> bool:
 
 
 def imports_of(target: dict[str, Any]) -> list[str]:
-    """The modules a server's source imports at top level (absolute imports only), its package first."""
+    """The modules a server's source imports at top level, its package first (relative imports of a
+    module target resolved against its package)."""
     names: list[str] = []
-    module = target.get("module")
-    if module and module.rpartition(".")[0]:
-        names.append(module.rpartition(".")[0])
+    module = target.get("module") or ""
+    package = module if _is_package(module) else module.rpartition(".")[0]
+    if package:
+        names.append(package)
     tree = _source_of(target)
     if tree is None:
         return names
     for node in tree.body:
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module != "__future__":
-            names.append(node.module)
+        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            if node.level == 0 and node.module:
+                names.append(node.module)
+            elif node.level > 0 and package:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                if node.module:
+                    names.append(f"{base}.{node.module}")
+                else:
+                    names += [f"{base}.{alias.name}" for alias in node.names]
     return names
+
+
+def _is_package(module: str) -> bool:
+    try:
+        spec = importlib.util.find_spec(module) if module else None
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and spec.submodule_search_locations is not None
 
 
 def serve(listener: socket.socket, target: dict[str, Any]) -> None:

@@ -17,6 +17,8 @@ from gymflow.envs.mcp.config import McpServerConfig
 from gymflow.envs.mcp.session import McpSession
 from gymflow.envs.packages import launch
 from gymflow.envs.packages.bridge.__main__ import ENV_VAR
+from gymflow.envs.packages.store import EnvDecl
+from gymflow.envs.runtime.forkserver import node_fork_servers
 
 HERE = Path(__file__).parent
 
@@ -92,3 +94,21 @@ async def test_a_bridge_whose_client_goes_away_kills_what_the_env_started(bridge
     assert stdin is not None
     await stdin.aclose()
     assert gone(bridge_pid) and gone(leaked)
+
+
+def test_a_bridges_fork_server_imports_the_env_and_its_adapter() -> None:
+    """Each rollout's bridge is forked from a per-venv fork server that has imported, besides the
+    bridge, the env's own module and the bridge's adapter for its kind (gymflow.envs.runtime.forkserver)."""
+    decl = EnvDecl(name="wiki", target="wiki_env.main:load_environment", kind="verifiers")
+    assert launch.bridge_preload(decl) == ["gymflow_bridge.verifiers", "wiki_env.main"]
+    plain = EnvDecl(name="calc", target="calc_env:CalcEnv", kind="benchmax")
+    assert launch.bridge_preload(plain) == ["gymflow_bridge.plain", "calc_env"]
+
+
+async def test_the_bridge_is_forked_from_its_fork_server(bridge: McpSession) -> None:
+    servers = node_fork_servers().servers
+    zygotes = {s.process.pid for s in servers.values() if s.process is not None}
+    bridge_pid = bridge.pid
+    assert bridge_pid is not None
+    parent = int(Path(f"/proc/{bridge_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert parent in zygotes, "a forked bridge, not a fresh interpreter"
