@@ -45,6 +45,8 @@ ENV_SWITCH = "GYMFLOW_FORK_SERVERS"
 _HEADER = struct.Struct("!I")
 _READY_TIMEOUT_S = 60.0
 """Longest a fork server may take to import the server's modules (a cold, busy node)."""
+SPAWN_TIMEOUT_S = 10.0
+"""Longest a fork server may take to accept, read and answer one spawn request."""
 STATUS_UNKNOWN = -1
 """The exit code of a forked server whose fork server died before it could report one."""
 
@@ -145,11 +147,18 @@ class ForkServer:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         ours = [stdin_w, stdout_r]
         try:
-            conn.connect(str(self.socket_path))  # a local listening socket: does not block
-            body = json.dumps({"args": list(args), "env": dict(env), "cwd": str(cwd), "nice": nice}).encode()
-            socket.send_fds(conn, [_HEADER.pack(len(body)) + body], [stdin_r, stdout_w, stderr_fd])
+            # Never blocking the worker's loop: a fork server that stopped answering is an OSError here
+            # (a plain start), not a hung worker.
             conn.setblocking(False)
-            pid = _pid_of(await _read_line(conn, timeout_s=10.0))
+            loop = asyncio.get_running_loop()
+            async with asyncio.timeout(SPAWN_TIMEOUT_S):
+                await loop.sock_connect(conn, str(self.socket_path))
+            body = json.dumps({"args": list(args), "env": dict(env), "cwd": str(cwd), "nice": nice}).encode()
+            request = _HEADER.pack(len(body)) + body
+            sent = socket.send_fds(conn, [request], [stdin_r, stdout_w, stderr_fd])
+            if sent < len(request):  # the rest, without descriptors
+                await asyncio.wait_for(loop.sock_sendall(conn, request[sent:]), SPAWN_TIMEOUT_S)
+            pid = _pid_of(await _read_line(conn, timeout_s=SPAWN_TIMEOUT_S))
         except BaseException:
             conn.close()
             for fd in ours:

@@ -287,3 +287,26 @@ async def test_a_server_that_serves_at_top_level_is_forked_without_being_warmed(
         assert zygote is not None and facts["ppid"] == zygote.pid
     finally:
         await session.close()
+
+
+async def test_a_fork_server_that_stops_answering_costs_a_plain_start_not_a_hung_worker(
+    forks: ForkServers, probe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = McpServerConfig(command="python", args=[str(probe)])
+    first = await started("probe", config, tmp_path / "a")
+    await first.close()
+    zygote = next(iter(forks.servers.values())).process
+    assert zygote is not None
+    monkeypatch.setattr(forkserver, "SPAWN_TIMEOUT_S", 1.0)
+    os.kill(zygote.pid, signal.SIGSTOP)
+    try:
+        session = await started("probe", config, tmp_path / "b")
+        try:
+            facts = json.loads((await session.call("where", {})).text)
+            assert facts["ppid"] == os.getpid(), "started plainly while its fork server hung"
+            assert not forks.servers, "the hung fork server was let go"
+        finally:
+            await session.close()
+    finally:
+        os.kill(zygote.pid, signal.SIGCONT)
+    await wait_until(lambda: zygote.poll() is not None, what="the hung fork server killed")
