@@ -8,6 +8,7 @@ error that reports its death, killed by a tool timeout. What cannot be forked sa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -308,5 +309,6 @@ async def test_a_fork_server_that_stops_answering_costs_a_plain_start_not_a_hung
         finally:
             await session.close()
     finally:
-        os.kill(zygote.pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):  # killed already, as it should be
+            os.kill(zygote.pid, signal.SIGCONT)
     await wait_until(lambda: zygote.poll() is not None, what="the hung fork server killed")
