@@ -37,6 +37,7 @@ from gymflow.activities.errors import JUDGE_ERROR, JUDGE_REJECTED, JUDGE_REPLY_I
 from gymflow.activities.model import ModelConfig, chat_body
 from gymflow.envs.contract import Message, Reward, Usage, Wire
 from gymflow.envs.errors import JudgeParseError
+from gymflow.envs.rewards.group_judge import parse_group_reply, render_group_prompt
 from gymflow.envs.rewards.judge import JudgeVerdict, OutOfRange, parse_judge_reply, render_judge_prompt, verdict_reward
 from gymflow.envs.wire.rubric import Rubric
 
@@ -102,6 +103,56 @@ class JudgeResult(Wire):
     """The judge call's tokens."""
 
 
+class GroupJudgeConfig(Wire):
+    """How a group's trajectories are judged against each other (gymflow.envs.rewards.group_judge)."""
+
+    criteria: str = (
+        "Which attempt best accomplishes the task? Prefer correct, complete answers, reached with "
+        "appropriate tool use and without needless steps."
+    )
+    """What the judge compares the attempts on."""
+    model: ModelConfig = Field(default_factory=lambda: ModelConfig(temperature=0.0))
+    """Judge endpoint and sampling; base_url None uses the worker's GYMFLOW_JUDGE_URL."""
+    orders: int = Field(default=2, ge=1, le=8)
+    """Calls per group, each showing the trajectories in another order (a shuffle, its reverse, ...),
+    to cancel the judge's position bias."""
+    seed: int = 0
+    """Seed of the orders."""
+    weight: float = Field(default=1.0, ge=0)
+    """Weight of the judge's normalised score (0 to 1) in each sample's reward."""
+    combine: Literal["add", "replace"] = "add"
+    """`add`: sample reward + weight x judge score; `replace`: weight x judge score alone."""
+    min_agreement: float | None = Field(default=None, ge=-1, le=1)
+    """When set, a group whose orders agree less than this (Spearman) is not judged: its samples keep
+    their own rewards, and the result says why (a judge that ranks by position teaches nothing)."""
+    attempts: int = Field(default=3, ge=1, le=20)
+    """Calls per order at most (retryable failures: connection, 429, 5xx, unusable replies)."""
+    max_trajectory_chars: int = Field(default=6_000, ge=200)
+    """Budget of each trajectory in the prompt (its end kept preferentially)."""
+
+
+class GroupJudgeInput(Wire):
+    """One judge call over a group, in one order. Part of workflow history: never put secrets here."""
+
+    criteria: str
+    prompt: str | list[Message]
+    """The task as the samples saw it (`Task.prompt`)."""
+    transcripts: list[list[Message]]
+    """The group's completions, in the group's order."""
+    order: list[int]
+    """The order to show them in (indices into `transcripts`)."""
+    model: ModelConfig = Field(default_factory=lambda: ModelConfig(temperature=0.0))
+    max_trajectory_chars: int = 6_000
+
+
+class GroupJudgeResult(Wire):
+    """One order's scores (0 to 10), aligned with the group's trajectories."""
+
+    scores: list[float]
+    model: str
+    usage: Usage
+
+
 class JudgeActivities:
     """The ``judge`` activity, for OpenAI-compatible chat endpoints.
 
@@ -164,6 +215,40 @@ class JudgeActivities:
         return JudgeResult(
             reward=verdict_reward(input.rubric, verdict),
             verdict=verdict,
+            model=str(completion.get("model") or config.model or self._default_model),
+            usage=completion_usage(completion),
+        )
+
+    @activity.defn(name="judge_group")
+    async def judge_group(self, input: GroupJudgeInput) -> GroupJudgeResult:
+        """Have the judge score a group's trajectories against each other, shown in `input.order`.
+
+        Raises:
+            ApplicationError: as `judge`.
+        """
+        config = input.model
+        messages = render_group_prompt(
+            input.criteria,
+            prompt=input.prompt,
+            transcripts=input.transcripts,
+            order=input.order,
+            max_trajectory_chars=input.max_trajectory_chars,
+        )
+        wire = [{"role": m.role, "content": m.content} for m in messages]
+        body = chat_body(config, wire, default_model=self._default_model)
+        completion = await self._endpoint.complete(
+            config.base_url or self._default_base_url, body, timeout_s=config.request_timeout_s
+        )
+        content = completion["choices"][0]["message"].get("content")
+        if not isinstance(content, str) or not content.strip():
+            raise retryable("judge reply has no text content", type=JUDGE_REPLY_INVALID)
+        try:
+            scores = parse_group_reply(content, input.order)
+        except JudgeParseError as exc:
+            excerpt = " ".join(content.split())[:_EXCERPT_CHARS]
+            raise retryable(self._endpoint.scrub(f"{exc} (reply: {excerpt!r})"), type=JUDGE_REPLY_INVALID) from None
+        return GroupJudgeResult(
+            scores=scores,
             model=str(completion.get("model") or config.model or self._default_model),
             usage=completion_usage(completion),
         )

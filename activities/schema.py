@@ -19,9 +19,10 @@ from temporalio.common import SearchAttributePair
 
 from gymflow.activities import names
 from gymflow.activities.dataset_models import DEFAULT_ENV, DatasetSource, GenerationOptions, ScanResult
-from gymflow.activities.judge import JudgeConfig
+from gymflow.activities.judge import GroupJudgeConfig, JudgeConfig
 from gymflow.activities.model import ModelConfig
 from gymflow.envs.contract import EnvPackageRef, Task, Trajectory, Wire
+from gymflow.envs.rewards.group_judge import GroupJudgement
 
 MAX_ATTEMPTS = 1000
 """Upper bound of retry attempts (Temporal's RetryPolicy holds an int32; nobody needs more)."""
@@ -156,6 +157,10 @@ class GroupInput(Wire):
     """GRPO advantages (r - mean) / std; False gives Dr. GRPO's unscaled r - mean."""
     group_reward: bool = True
     """Call the env's compute_group_reward and add its components to each sample's reward."""
+    group_judge: GroupJudgeConfig | None = None
+    """Judge the samples against each other (`gymflow.workflows.judging.judge_group`) and add the
+    normalised score (`group/judge`) to each sample's reward; a judge that fails leaves the group's
+    samples infra-failed, never scored 0."""
 
 
 class GroupResult(Wire):
@@ -172,6 +177,10 @@ class GroupResult(Wire):
     group_id: str = ""
     """The group workflow's id, set by the SDK that streams groups (gymflow.workers.sdk.groups); trainers
     resuming a batch dedupe by it."""
+    judgement: GroupJudgement | None = None
+    """The group judge's scores, orders and agreement, when the group was judged."""
+    judge_note: str = ""
+    """Why a group with a judge configured was not judged (or not used), when so."""
     messages_omitted: bool = False
     """True when the conversations were too large to return inline (over `GROUP_INLINE_BYTES`):
     every trajectory's `messages` and `tokens` are then empty, and its rollout workflow (id `rollout_id`) holds

@@ -71,4 +71,4 @@ def judge_worker(
         ValueError: `rate_per_second` is not a positive finite number.
     """
     options = judge_queue_options(rate_per_second=rate_per_second, max_concurrent_activities=max_concurrent_activities)
-    return Worker(client, task_queue=task_queue, activities=[activities.judge], **options)
+    return Worker(client, task_queue=task_queue, activities=[activities.judge, activities.judge_group], **options)

@@ -276,7 +276,7 @@ def judge(context: Context) -> Served:
     )
     queue = Queue(
         names.judge_queue(settings.task_queue),
-        activities=[activities.judge],
+        activities=[activities.judge, activities.judge_group],
         options=judge_queue_options(rate_per_second=settings.judge_rate_per_second),
     )
     return Served("judge", [queue], close=[activities.aclose])

@@ -46,11 +46,13 @@ with workflow.unsafe.imports_passed_through():
         group_search_attributes,
     )
     from gymflow.activities.storage import LoadTasksInput, StorageActivities, WriteJsonlInput
-    from gymflow.envs.contract import Reward, Task, Trajectory, json_bytes
+    from gymflow.envs.contract import Reward, Task, TerminationReason, Trajectory, json_bytes
     from gymflow.envs.rewards.group import group_advantages
+    from gymflow.envs.rewards.group_judge import GroupJudgement
     from gymflow.workflows import status
     from gymflow.workflows.activity_calls import describe, error_type, execute
     from gymflow.workflows.children import cancel_children, run_child, tell
+    from gymflow.workflows.judging import group_judged, judge_group
     from gymflow.workflows.resume import BATCH_RESUME, after_done, carry_over, lineage
 
 
@@ -137,6 +139,9 @@ class GroupRolloutWorkflow:
                     )
                     trajectories[i] = trajectories[i].model_copy(update={"reward": merged})
                     rewards[i] = merged.total
+        judgement, note = None, ""
+        if input.group_judge is not None and len(valid) >= 2:
+            judgement, note = await self._judge(input, trajectories, rewards, valid, inline)
         if not inline:
             trajectories = [t.model_copy(update={"messages": [], "tokens": []}) for t in trajectories]
         advantages = group_advantages(rewards, scale_by_std=input.scale_by_std)
@@ -149,7 +154,44 @@ class GroupRolloutWorkflow:
             mean_reward=math.fsum(scored) / len(scored) if scored else None,
             infra_failed=len(trajectories) - len(scored),
             messages_omitted=not inline,
+            judgement=judgement,
+            judge_note=note,
         )
+
+    async def _judge(
+        self,
+        input: GroupInput,
+        trajectories: list[Trajectory],
+        rewards: list[float | None],
+        valid: list[int],
+        inline: bool,
+    ) -> tuple[GroupJudgement | None, str]:
+        """The group judge's pass: each judged sample's reward gains `group/judge` (in place). A
+        judge that fails, or a group too large to show it, leaves the judged samples infra-failed."""
+        config = input.group_judge
+        assert config is not None
+        failure = None if inline else "the group's conversations are too large to judge inline"
+        judgement = None
+        if failure is None:
+            try:
+                judgement = await judge_group(config, input.rollout.task, [trajectories[i].messages for i in valid])
+            except ActivityError as exc:
+                failure = f"group judge failed: {describe(exc)}"
+        if failure is not None or judgement is None:
+            for i in valid:
+                update = {"reward": None, "infra_failed": True, "termination": TerminationReason.REWARD_ERROR}
+                trajectories[i] = trajectories[i].model_copy(update={**update, "error": failure})
+                rewards[i] = None
+            return None, failure or ""
+        if config.min_agreement is not None and (judgement.agreement or 0.0) < config.min_agreement:
+            agreed = f"{judgement.agreement:.2f}" if judgement.agreement is not None else "-"
+            return judgement, f"orders agreed {agreed} < min_agreement {config.min_agreement:g}: not used"
+        for i, score in zip(valid, judgement.scores, strict=True):
+            base = trajectories[i].reward
+            assert base is not None
+            trajectories[i] = trajectories[i].model_copy(update={"reward": group_judged(base, score, config)})
+            rewards[i] = trajectories[i].reward.total  # type: ignore[union-attr]
+        return judgement, ""
 
 
 @workflow.defn(name=names.BATCH_WORKFLOW)

@@ -9,6 +9,7 @@ infra_failed — never a reward of 0 and never a failed batch.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from datetime import timedelta
 
@@ -17,8 +18,10 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from gymflow.activities import errors, names
-    from gymflow.activities.judge import JudgeActivities, JudgeConfig, JudgeInput
+    from gymflow.activities.judge import GroupJudgeConfig, GroupJudgeInput, JudgeActivities, JudgeConfig, JudgeInput
     from gymflow.envs.contract import Message, Reward, Task
+    from gymflow.envs.rewards.group_judge import GroupJudgement, judge_orders
+    from gymflow.envs.rewards.group_judge import combine as combine_orders
     from gymflow.envs.wire.rubric import Rubric
     from gymflow.workflows.activity_calls import execute
 
@@ -55,3 +58,44 @@ def combine(env_reward: Reward, judge_reward: Reward, config: JudgeConfig) -> Re
     total = judged if config.combine == "replace" else math.fsum([env_reward.total, judged])
     components = {**env_reward.components, **{f"judge/{k}": v for k, v in judge_reward.components.items()}}
     return Reward(total=total, components=components, info={**env_reward.info, "judge": judge_reward.info})
+
+
+async def judge_group(config: GroupJudgeConfig, task: Task, transcripts: list[list[Message]]) -> GroupJudgement:
+    """Judge a group's trajectories against each other: one `judge_group` activity per order, at once."""
+    orders = judge_orders(len(transcripts), config.orders, config.seed)
+    shown = [[m for m in messages if m.role != "system"] for messages in transcripts]
+    calls = [
+        execute(
+            JudgeActivities.judge_group,
+            GroupJudgeInput(
+                criteria=config.criteria,
+                prompt=task.prompt,
+                transcripts=shown,
+                order=order,
+                model=config.model,
+                max_trajectory_chars=config.max_trajectory_chars,
+            ),
+            task_queue=names.judge_queue(workflow.info().task_queue),
+            start_to_close_timeout=JUDGE_TIMEOUT,
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=1),
+                maximum_attempts=config.attempts,
+                non_retryable_error_types=[errors.JUDGE_REJECTED, errors.CONTEXT_LENGTH],
+            ),
+            summary=f"group judge x{len(order)}, order {k + 1} of {len(orders)}",
+        )
+        for k, order in enumerate(orders)
+    ]
+    # Every order's call ends (or fails) before the group goes on: none is left running behind it.
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    failure = next((r for r in results if isinstance(r, BaseException)), None)
+    if failure is not None:
+        raise failure
+    return combine_orders([r.scores for r in results if not isinstance(r, BaseException)], orders)
+
+
+def group_judged(reward: Reward, score: float, config: GroupJudgeConfig) -> Reward:
+    """A sample's reward with the group judge's normalised score (`group/judge`) added or in its place."""
+    judged = config.weight * score
+    total = judged if config.combine == "replace" else math.fsum([reward.total, judged])
+    return Reward(total=total, components={**reward.components, "group/judge": score}, info=reward.info)

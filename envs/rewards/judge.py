@@ -127,7 +127,7 @@ def _describe(criterion: Criterion) -> str:
     return f"- {criterion.name} [{scale}]: {criterion.description}"
 
 
-def _fence(tag: str, text: str) -> str:
+def fence(tag: str, text: str) -> str:
     closing = f"</{tag}>"
     escaped = text.replace(closing, f"<\\/{tag}>")  # the transcript cannot close its own fence
     return f"<{tag}>\n{escaped}\n{closing}"
@@ -161,15 +161,15 @@ def render_judge_prompt(
     sections = ["# Rubric", *(_describe(c) for c in rubric.criteria)]
     if rubric.instructions:
         sections += ["", "Grading instructions:", rubric.instructions]
-    sections += ["", "# Task", _fence("task", bound(task, max_field_chars, head_fraction=0.5))]
+    sections += ["", "# Task", fence("task", bound(task, max_field_chars, head_fraction=0.5))]
     if ground_truth is not None:
         reference = ground_truth if isinstance(ground_truth, str) else json.dumps(ground_truth, default=str)
         sections += [
             "",
             "# Reference answer",
-            _fence("reference", bound(reference, max_field_chars, head_fraction=0.5)),
+            fence("reference", bound(reference, max_field_chars, head_fraction=0.5)),
         ]
-    sections += ["", "# Transcript", _fence("transcript", bound(render_transcript(transcript), max_transcript_chars))]
+    sections += ["", "# Transcript", fence("transcript", bound(render_transcript(transcript), max_transcript_chars))]
     names = ", ".join(rubric.names)
     sections += ["", f"Now reply with the JSON object, scoring every criterion: {names}."]
     return [Message(role="system", content=SYSTEM_PROMPT), Message(role="user", content="\n".join(sections))]

@@ -58,6 +58,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from gymflow.activities import names
+from gymflow.activities.judge import GroupJudgeConfig
 from gymflow.activities.model import ModelConfig
 from gymflow.activities.schema import GroupInput, GroupResult, RolloutOptions, group_search_attributes
 from gymflow.envs.contract import Task
@@ -147,6 +148,7 @@ def rollout_groups(
     policy: PolicyChannel | None = None,
     max_staleness: int | None = None,
     stale: Stale = "rerun",
+    group_judge: GroupJudgeConfig | None = None,
 ) -> GroupStream:
     """`n` samples of every task as GRPO groups, yielded as each finishes (see the module docstring).
 
@@ -177,6 +179,10 @@ def rollout_groups(
             behind the live one is never yielded as fresh; `stale` says what happens to it instead.
         stale: ``rerun`` (its task is played again as a new group, at most `MAX_RERUNS` times, then
             dropped), ``keep`` (yielded anyway, for off-policy use) or ``drop``.
+        group_judge: Judge each group's samples against each other in one call per order (shuffled,
+            then reversed, to cancel position bias) and add the normalised score to each sample's
+            reward as `group/judge` (gymflow.workflows.judging.judge_group); the group's
+            `judgement` says the scores and how well the orders agreed.
 
     Returns:
         The groups as an async iterator whose `stats` (`GroupStats`) count what the call did.
@@ -208,7 +214,7 @@ def rollout_groups(
         rollout = opts.rollout(env, task, batch_id=batch, model=policy.model if policy else model or opts.model)
         if policy is not None:
             rollout = rollout.model_copy(update={"policy": policy.latest()})
-        input = GroupInput(rollout=rollout, n=n, scale_by_std=scale_by_std)
+        input = GroupInput(rollout=rollout, n=n, scale_by_std=scale_by_std, group_judge=group_judge)
         group = _group(client, workflow_id, input, task_queue, search_attributes, policy=policy, since=since)
         return asyncio.ensure_future(group)
 
