@@ -163,7 +163,11 @@ def user_view(instruction: str, conversation: Sequence[Message]) -> list[dict[st
 
 class UserTurns(BaseEnv):
     """Mix in before the env's base (`class Support(UserTurns, McpEnv)`): the env's final answers are
-    answered by its `user` simulator, with each task's private `init_args["user"]` instruction."""
+    answered by its `user` simulator, with each task's private `init_args["user"]` instruction.
+
+    The instruction is kept per rollout on the worker that ran its init; a rollout moved to another
+    worker (a lost node) gets it from its task again, so an env that is `stateless` (or `replayable`)
+    keeps its user across a worker's death like every other turn."""
 
     env_turns = True
     user: ClassVar[UserSimulator | None] = None

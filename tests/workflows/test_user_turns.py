@@ -1,113 +1,40 @@
 """Simulated users (gymflow.envs.users): rollouts that alternate agent and user turns on the dev server.
 
-The user wants a refund and knows its order number; the agent must ask for it. A scripted user,
-and a model user served over real HTTP, play it; a user endpoint that fails leaves the rollout
-infra-failed, never scored.
+The user wants a refund and knows its order number; the agent must ask for it (the refund desk of
+users_support). A scripted user, and a model user served over real HTTP, play it; a user endpoint
+that fails leaves the rollout infra-failed, never scored; a user turn survives its worker's kill -9.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import re
-from collections.abc import Sequence
-from typing import Any, ClassVar
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
 
 import pytest
+from mcp_support import wait_until
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from temporalio.client import Client
+from users_support import Agent, Guesser, RefundDesk, customer, task
 
-from gymflow.envs.contract import BaseEnv, Message, Reward, Task, TerminationReason, ToolResult, ToolSpec
-from gymflow.envs.policy import Policy
-from gymflow.envs.registry import register
-from gymflow.envs.users import STOP, ModelUser, ScriptedUser, UserSimulator, UserTurns, user_view
-from gymflow.workers.servers.policy import AppServer
+from gymflow.activities.model import ModelConfig
+from gymflow.activities.schema import RetrySettings, RolloutInput
+from gymflow.envs.contract import Message, TerminationReason
+from gymflow.envs.users import STOP, user_view
+from gymflow.workers.sdk.client import start_rollout
+from gymflow.workers.servers.policy import AppServer, PolicyServer
 from gymflow.workers.worker import RunningWorker
 from support import play
 
-NUMBER = re.compile(r"order (\d+)")
-
-
-# --8<-- [start:env]
-
-
-def customer(instruction: str, conversation: Sequence[Message]) -> str:
-    """The refund customer: gives its order number when asked, stops once refunded."""
-    order = NUMBER.search(instruction).group(1)  # type: ignore[union-attr]
-    last = conversation[-1].content.lower()
-    if f"refunded order {order}" in last:
-        return STOP
-    if "order number" in last:
-        return f"It is order {order}."
-    return "I still want my refund."
-
-
-class RefundDesk(UserTurns, BaseEnv):
-    """No tools: the agent must ask for the order number, then refund that order."""
-
-    name = "refund-desk"
-    user: ClassVar[UserSimulator | None] = ScriptedUser(customer)
-    max_user_turns = 4
-
-    async def list_tools(self) -> list[ToolSpec]:
-        return []
-
-    async def run_tool(self, rollout_id: str, tool_name: str, /, **tool_args: Any) -> ToolResult:
-        raise NotImplementedError
-
-    async def compute_reward(
-        self, rollout_id: str, completion: list[Message], ground_truth: Any, **kwargs: Any
-    ) -> Reward:
-        said = " ".join(m.content for m in completion if m.role == "assistant").lower()
-        return Reward.of({"refunded": float(f"refunded order {ground_truth}" in said)})
-
-
-register(RefundDesk.name, RefundDesk)
-# --8<-- [end:env]
-
-
-class ModelRefundDesk(RefundDesk):
-    """The same desk with a model playing the user (each test gives it its endpoint)."""
-
-    name = "refund-desk-model"
-    user = ModelUser("http://127.0.0.1:9/v1", attempts=2, timeout_s=10)
-
-
-register(ModelRefundDesk.name, ModelRefundDesk)
-
-
-class Agent(Policy):
-    """Asks for the order number, then refunds the order the user named."""
-
-    name = "agent"
-
-    def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
-        found = NUMBER.search(messages[-1].content)
-        if found:
-            return Message(role="assistant", content=f"Refunded order {found.group(1)}.")
-        return Message(role="assistant", content="Sure. What is your order number?")
-
-
-class Guesser(Policy):
-    """Refunds without asking: it cannot know the order."""
-
-    name = "guesser"
-
-    def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
-        return Message(role="assistant", content="Refunded order 1.")
-
-
-# --8<-- [start:task]
-def task(order: int) -> Task:
-    return Task(
-        id=f"refund-{order}",
-        prompt="Hi, I would like a refund.",
-        ground_truth=order,
-        init_args={"user": f"You want a refund for your order {order}. Give the number only when asked."},
-    )
-# --8<-- [end:task]
+TESTS = Path(__file__).parents[1]
 
 
 async def test_the_agent_and_the_scripted_user_take_turns(client: Client, worker: RunningWorker) -> None:
@@ -131,12 +58,15 @@ async def test_a_user_that_never_gets_what_it_wants_ends_at_its_turn_budget(
     assert len(users) == 1 + RefundDesk.max_user_turns and result.reward is not None and result.reward.total == 0.0
 
 
-def user_app(mode: str, calls: list[list[dict[str, str]]]) -> Starlette:
-    """A model playing the user: reads its instruction from its system message."""
+def user_app(mode: str, calls: list[list[dict[str, str]]], gate: asyncio.Event | None = None) -> Starlette:
+    """A model playing the user: reads its instruction from its system message. With `gate`, its
+    first call waits for it (a user reply in flight)."""
 
     async def completions(request: Request) -> Response:
         body = await request.json()
         calls.append(body["messages"])
+        if gate is not None and len(calls) == 1:
+            await gate.wait()
         if mode == "500":
             return PlainTextResponse("Internal Server Error", 500)
         if mode == "garbage":
@@ -158,7 +88,7 @@ async def test_a_model_plays_the_user_over_http(
 ) -> None:
     calls: list[list[dict[str, str]]] = []
     async with AppServer(user_app("ok", calls)) as server:
-        monkeypatch.setattr(ModelRefundDesk, "user", ModelUser(server.url, attempts=2, timeout_s=10))
+        monkeypatch.setenv("GYMFLOW_USER_URL", server.url)
         result = await play(client, worker, Agent(), env="refund-desk-model", task=task(815))
     assert result.reward is not None and result.reward.total == 1.0 and not result.infra_failed
     assert [m.content for m in result.messages if m.role == "user"][1:] == ["It is order 815."]
@@ -174,11 +104,13 @@ async def test_a_failing_user_simulator_leaves_the_rollout_infra_failed(
 ) -> None:
     calls: list[list[dict[str, str]]] = []
     async with AppServer(user_app(mode, calls)) as server:
-        monkeypatch.setattr(ModelRefundDesk, "user", ModelUser(server.url, attempts=2, timeout_s=10))
+        monkeypatch.setenv("GYMFLOW_USER_URL", server.url)
         result = await play(client, worker, Agent(), env="refund-desk-model", task=task(815))
     assert result.infra_failed and result.reward is None, "never the agent's 0"
     assert "user simulator failed 2 time(s)" in (result.error or "")
-    assert len(calls) == 2
+    # 2 attempts per reply; the desk is stateless, so the rollout re-inits it elsewhere and asks
+    # again, up to its recoveries: bounded, then infra-failed.
+    assert len(calls) == 2 * (1 + RetrySettings().max_recoveries)
 
 
 def test_the_user_model_sees_its_instruction_and_its_own_lines() -> None:
@@ -191,3 +123,64 @@ def test_the_user_model_sees_its_instruction_and_its_own_lines() -> None:
     assert view[0]["role"] == "system" and "You are Ann." in view[0]["content"] and STOP in view[0]["content"]
     assert [(m["role"], m["content"]) for m in view[1:]] == [("assistant", "Hi"), ("user", "How can I help?")]
     assert "agent rules" not in json.dumps(view)
+
+
+def start_worker(tmp_path: Path, address: str, queue: str, user_url: str) -> subprocess.Popen[bytes]:
+    """A worker process with the refund desk registered (tests/users_worker.py), on its own node."""
+    env = {
+        **os.environ,
+        "GYMFLOW_TEMPORAL_ADDRESS": address,
+        "GYMFLOW_TASK_QUEUE": queue,
+        "GYMFLOW_NODE_ID": f"node-{uuid.uuid4().hex[:6]}",
+        "GYMFLOW_DATA_DIR": str(tmp_path / "worker"),
+        "GYMFLOW_WORKSPACE_ROOT": str(tmp_path / "workspaces"),
+        "GYMFLOW_WORKER_ROLES": "rollout",
+        "GYMFLOW_USER_URL": user_url,
+    }
+    log = (tmp_path / "worker.log").open("ab")
+    try:
+        return subprocess.Popen([sys.executable, str(TESTS / "users_worker.py")], env=env, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    finally:
+        log.close()
+
+
+@pytest.mark.heavy
+async def test_a_user_turn_survives_its_worker_killed(client: Client, temporal_address: str, tmp_path: Path) -> None:
+    """kill -9 of the worker while the user's reply is being generated: the rollout goes on on a new
+    worker, the user's reply is asked again, and the conversation has it once."""
+    calls: list[list[dict[str, str]]] = []
+    gate = asyncio.Event()
+    queue = f"users-kill-{uuid.uuid4().hex[:8]}"
+    async with AppServer(user_app("ok", calls, gate)) as user, PolicyServer(Agent()) as model:
+        first = start_worker(tmp_path, temporal_address, queue, user.url)
+        second = None
+        try:
+            handle = await start_rollout(
+                client,
+                RolloutInput(
+                    env="refund-desk-model",
+                    task=task(815),
+                    model=ModelConfig(base_url=model.url),
+                    retry=RetrySettings(node_timeout_s=3, max_recoveries=3),
+                ),
+                task_queue=queue,
+            )
+            await wait_until(lambda: len(calls) == 1, timeout_s=60, what="the user's reply in flight")
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+            second = start_worker(tmp_path, temporal_address, queue, user.url)
+            gate.set()  # the lost call's answer goes to a dead connection
+            result = await asyncio.wait_for(handle.result(), 120)
+        finally:
+            gate.set()
+            for process in (first, second):
+                if process is not None and process.poll() is None:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+    assert not result.infra_failed and result.reward is not None and result.reward.total == 1.0, result.error
+    assert [m.content for m in result.messages if m.role == "user"] == [
+        "Hi, I would like a refund.",
+        "It is order 815.",
+    ]
+    assert len(calls) >= 3, "the lost reply was asked for again (then the STOP)"
