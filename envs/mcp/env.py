@@ -44,6 +44,7 @@ from gymflow.envs.mcp.reward import RewardFn, RolloutTools, final_text, score
 from gymflow.envs.runtime import workspace as ws
 from gymflow.envs.runtime.admission import Admission
 from gymflow.envs.runtime.config import RuntimeConfig
+from gymflow.envs.runtime.forkserver import node_fork_servers
 from gymflow.envs.runtime.node import NodeRuntimes, unavailable_runtime
 
 DEFAULT_POOL_SIZE = 2
@@ -212,6 +213,7 @@ class McpEnv(BaseEnv):
         await self.pool.close()
         await asyncio.gather(*(self.release_rollout(r) for r in list(self._rollouts)), return_exceptions=True)
         self._factory.ledger.close()
+        node_fork_servers().stop(self._factory.fork_targets)  # none of its programs' processes outlive it
         if self._own_runtimes is not None:
             await self._own_runtimes.close()
 

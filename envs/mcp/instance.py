@@ -28,6 +28,7 @@ from gymflow.envs.mcp.session import McpSession
 from gymflow.envs.runtime.admission import Admission
 from gymflow.envs.runtime.base import Sandbox
 from gymflow.envs.runtime.config import RuntimeConfig
+from gymflow.envs.runtime.forkserver import ForkTarget
 from gymflow.envs.runtime.node import NodeRuntimes
 from gymflow.envs.runtime.workspace import WorkspaceSeed, seed_workspace
 
@@ -105,6 +106,8 @@ class ServerSetFactory:
         self.workspace_root = workspace_root
         self.ledger = ledger
         self.seed = seed
+        self.fork_targets: set[ForkTarget] = set()
+        """The programs whose fork servers forked this env's servers (stopped with the env)."""
 
     async def start(self) -> ServerSet:
         """Create a fresh workspace, seed it, and start every server in it (cwd = workspace).
@@ -147,6 +150,7 @@ class ServerSetFactory:
             results = await asyncio.gather(*(s.start() for s in sessions), return_exceptions=True)
             _raise_first(results)
             self.ledger.record(entry, workspace=workspace, pids=[s.pid for s in sessions])
+            self.fork_targets.update(t for s in sessions if (t := s.fork_target) is not None)
             sset.routes = _route(sessions)
         except BaseException:
             await self.stop(sset)

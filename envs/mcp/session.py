@@ -31,7 +31,7 @@ from gymflow.envs.mcp.config import WORKSPACE, McpServerConfig
 from gymflow.envs.mcp.content import Parser, apply_parser, render_result
 from gymflow.envs.mcp.http import HttpServerProcess
 from gymflow.envs.runtime.base import Sandbox
-from gymflow.envs.runtime.forkserver import node_fork_servers
+from gymflow.envs.runtime.forkserver import ForkedProcess, ForkTarget, node_fork_servers
 from gymflow.envs.runtime.transport import ProcessTransport, with_log_tail
 
 _KILL_CONFIRM_S = 5.0
@@ -85,6 +85,12 @@ class McpSession:
         if self.transport is not None:
             return self.transport.pid
         return self.http_process.pid if self.http_process else None
+
+    @property
+    def fork_target(self) -> ForkTarget | None:
+        """The program whose fork server forked this server (None: started plainly, or not ours)."""
+        process = self.transport.process if self.transport is not None else None
+        return process.target if isinstance(process, ForkedProcess) else None
 
     @property
     def client(self) -> Client:

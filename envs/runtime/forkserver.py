@@ -29,7 +29,7 @@ import struct
 import subprocess
 import tempfile
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -219,7 +219,9 @@ class ForkServers:
         if server is None:
             return None
         try:
-            return await server.spawn(server_args(target, args), env=env, cwd=cwd, stderr=stderr, nice=nice)
+            process = await server.spawn(server_args(target, args), env=env, cwd=cwd, stderr=stderr, nice=nice)
+            process.target = target
+            return process
         except OSError as exc:  # it died since: the next spawn starts a new one; this one starts plain
             log.warning("fork server of %s failed a spawn (%s); starting this server plainly", _name(target), exc)
             server.close()
@@ -242,6 +244,14 @@ class ForkServers:
                 return None
             self.servers[target] = server
             return server
+
+    def stop(self, targets: Iterable[ForkTarget]) -> None:
+        """Stop the fork servers of these programs (an env that used them shut down). Servers forked
+        from them keep running; a later spawn starts a new fork server."""
+        for target in targets:
+            server = self.servers.pop(target, None)
+            if server is not None:
+                server.close()
 
     def close(self) -> None:
         """Stop every fork server and forget refusals (the next spawn starts afresh)."""
@@ -267,6 +277,8 @@ class ForkedProcess:
         self.stdin = stdin
         self.stdout = stdout
         self.returncode: int | None = None
+        self.target: ForkTarget | None = None
+        """The program whose fork server forked it."""
         self._conn = conn
         self._exited = asyncio.Event()
         self._watch = asyncio.get_running_loop().create_task(self._watch_exit(), name=f"forked-{pid}")

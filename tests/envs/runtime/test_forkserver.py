@@ -23,6 +23,7 @@ from mcp_support import wait_until
 
 from gymflow.envs.errors import InfraError
 from gymflow.envs.mcp.config import McpServerConfig
+from gymflow.envs.mcp.env import McpEnv
 from gymflow.envs.mcp.session import McpSession
 from gymflow.envs.runtime import forkserver
 from gymflow.envs.runtime.forkserver import ForkServers, fork_target, node_fork_servers
@@ -312,3 +313,18 @@ async def test_a_fork_server_that_stops_answering_costs_a_plain_start_not_a_hung
         with contextlib.suppress(ProcessLookupError):  # killed already, as it should be
             os.kill(zygote.pid, signal.SIGCONT)
     await wait_until(lambda: zygote.poll() is not None, what="the hung fork server killed")
+
+
+async def test_an_env_that_shuts_down_stops_the_fork_servers_it_used(forks: ForkServers, tmp_path: Path) -> None:
+    """No process of an env's programs outlives the env: its shutdown stops their fork servers (a
+    package venv's fork server would otherwise hold the venv until the worker exits)."""
+    env = McpEnv(
+        servers={"calculator": {"command": "python", "args": ["-m", "gymflow.envs.builtin.math.servers.calculator"]}},
+        workspace_root=tmp_path / "workspaces",
+        pool_size=0,
+    )
+    await env.init_rollout("r")
+    zygote = next(iter(forks.servers.values())).process
+    assert zygote is not None
+    await env.shutdown()
+    assert not forks.servers and zygote.poll() is not None
