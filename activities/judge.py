@@ -26,7 +26,8 @@ run (each worker's own ``max_activities_per_second`` would multiply with their n
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
 import aiohttp
 from pydantic import Field
@@ -48,6 +49,7 @@ JUDGE_ENDPOINT = EndpointErrors(
     url_source="JudgeInput.model.base_url or the judge worker's default URL",
 )
 _EXCERPT_CHARS = 300
+T = TypeVar("T")
 
 
 class JudgeConfig(Wire):
@@ -180,26 +182,18 @@ class JudgeActivities:
         """Close the owned HTTP client (a client passed in is left to its owner)."""
         await self._endpoint.aclose()
 
-    @activity.defn(name="judge")
-    async def judge(self, input: JudgeInput) -> JudgeResult:
-        """Have the judge score the transcript against the rubric.
+    async def _ask(
+        self, config: ModelConfig, messages: list[Message], parse: Callable[[str], T], *, json_mode: bool = False
+    ) -> tuple[T, dict[str, Any]]:
+        """Send the judge its conversation; `parse` of its reply's text, and the whole completion.
 
         Raises:
-            ApplicationError: ``JUDGE_ERROR`` or ``JUDGE_REPLY_INVALID`` (retryable),
-                ``JUDGE_REJECTED`` or ``CONTEXT_LENGTH`` (non-retryable); see the module docstring.
+            ApplicationError: the endpoint's failure, or `JUDGE_REPLY_INVALID` for a reply without
+                text or one `parse` rejects (`JudgeParseError`).
         """
-        config = input.model
-        messages = render_judge_prompt(
-            input.rubric,
-            prompt=input.prompt,
-            transcript=input.transcript,
-            ground_truth=input.ground_truth,
-            max_transcript_chars=input.max_transcript_chars,
-            max_field_chars=input.max_field_chars,
-        )
         wire = [{"role": m.role, "content": m.content} for m in messages]
         body = chat_body(config, wire, default_model=self._default_model)
-        if input.json_mode:
+        if json_mode:
             body.setdefault("response_format", {"type": "json_object"})
         completion = await self._endpoint.complete(
             config.base_url or self._default_base_url, body, timeout_s=config.request_timeout_s
@@ -208,14 +202,40 @@ class JudgeActivities:
         if not isinstance(content, str) or not content.strip():
             raise retryable("judge reply has no text content", type=JUDGE_REPLY_INVALID)
         try:
-            verdict = parse_judge_reply(content, input.rubric, out_of_range=input.out_of_range)
+            return parse(content), completion
         except JudgeParseError as exc:
             excerpt = " ".join(content.split())[:_EXCERPT_CHARS]
             raise retryable(self._endpoint.scrub(f"{exc} (reply: {excerpt!r})"), type=JUDGE_REPLY_INVALID) from None
+
+    def _model_of(self, completion: dict[str, Any], config: ModelConfig) -> str:
+        return str(completion.get("model") or config.model or self._default_model)
+
+    @activity.defn(name="judge")
+    async def judge(self, input: JudgeInput) -> JudgeResult:
+        """Have the judge score the transcript against the rubric.
+
+        Raises:
+            ApplicationError: ``JUDGE_ERROR`` or ``JUDGE_REPLY_INVALID`` (retryable),
+                ``JUDGE_REJECTED`` or ``CONTEXT_LENGTH`` (non-retryable); see the module docstring.
+        """
+        messages = render_judge_prompt(
+            input.rubric,
+            prompt=input.prompt,
+            transcript=input.transcript,
+            ground_truth=input.ground_truth,
+            max_transcript_chars=input.max_transcript_chars,
+            max_field_chars=input.max_field_chars,
+        )
+        verdict, completion = await self._ask(
+            input.model,
+            messages,
+            lambda text: parse_judge_reply(text, input.rubric, out_of_range=input.out_of_range),
+            json_mode=input.json_mode,
+        )
         return JudgeResult(
             reward=verdict_reward(input.rubric, verdict),
             verdict=verdict,
-            model=str(completion.get("model") or config.model or self._default_model),
+            model=self._model_of(completion, input.model),
             usage=completion_usage(completion),
         )
 
@@ -226,7 +246,6 @@ class JudgeActivities:
         Raises:
             ApplicationError: as `judge`.
         """
-        config = input.model
         messages = render_group_prompt(
             input.criteria,
             prompt=input.prompt,
@@ -234,21 +253,7 @@ class JudgeActivities:
             order=input.order,
             max_trajectory_chars=input.max_trajectory_chars,
         )
-        wire = [{"role": m.role, "content": m.content} for m in messages]
-        body = chat_body(config, wire, default_model=self._default_model)
-        completion = await self._endpoint.complete(
-            config.base_url or self._default_base_url, body, timeout_s=config.request_timeout_s
-        )
-        content = completion["choices"][0]["message"].get("content")
-        if not isinstance(content, str) or not content.strip():
-            raise retryable("judge reply has no text content", type=JUDGE_REPLY_INVALID)
-        try:
-            scores = parse_group_reply(content, input.order)
-        except JudgeParseError as exc:
-            excerpt = " ".join(content.split())[:_EXCERPT_CHARS]
-            raise retryable(self._endpoint.scrub(f"{exc} (reply: {excerpt!r})"), type=JUDGE_REPLY_INVALID) from None
+        scores, completion = await self._ask(input.model, messages, lambda text: parse_group_reply(text, input.order))
         return GroupJudgeResult(
-            scores=scores,
-            model=str(completion.get("model") or config.model or self._default_model),
-            usage=completion_usage(completion),
+            scores=scores, model=self._model_of(completion, input.model), usage=completion_usage(completion)
         )

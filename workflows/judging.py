@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -28,6 +29,19 @@ with workflow.unsafe.imports_passed_through():
 JUDGE_TIMEOUT = timedelta(minutes=5)
 
 
+def _on_judge_queue(attempts: int) -> dict[str, Any]:
+    """Where and how a judge call runs: the deployment's judge queue, `attempts` tries at most."""
+    return {
+        "task_queue": names.judge_queue(workflow.info().task_queue),
+        "start_to_close_timeout": JUDGE_TIMEOUT,
+        "retry_policy": RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            maximum_attempts=attempts,
+            non_retryable_error_types=[errors.JUDGE_REJECTED, errors.CONTEXT_LENGTH],
+        ),
+    }
+
+
 async def judge(config: JudgeConfig, rubric: Rubric, task: Task, messages: list[Message]) -> Reward:
     """Run the judge activity on the deployment's judge queue; returns the judge's reward."""
     return (
@@ -40,13 +54,7 @@ async def judge(config: JudgeConfig, rubric: Rubric, task: Task, messages: list[
                 ground_truth=task.ground_truth,
                 model=config.model,
             ),
-            task_queue=names.judge_queue(workflow.info().task_queue),
-            start_to_close_timeout=JUDGE_TIMEOUT,
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(seconds=1),
-                maximum_attempts=config.attempts,
-                non_retryable_error_types=[errors.JUDGE_REJECTED, errors.CONTEXT_LENGTH],
-            ),
+            **_on_judge_queue(config.attempts),
             summary=f"judge {len(rubric.criteria)} criteria",
         )
     ).reward
@@ -75,13 +83,7 @@ async def judge_group(config: GroupJudgeConfig, task: Task, transcripts: list[li
                 model=config.model,
                 max_trajectory_chars=config.max_trajectory_chars,
             ),
-            task_queue=names.judge_queue(workflow.info().task_queue),
-            start_to_close_timeout=JUDGE_TIMEOUT,
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(seconds=1),
-                maximum_attempts=config.attempts,
-                non_retryable_error_types=[errors.JUDGE_REJECTED, errors.CONTEXT_LENGTH],
-            ),
+            **_on_judge_queue(config.attempts),
             summary=f"group judge x{len(order)}, order {k + 1} of {len(orders)}",
         )
         for k, order in enumerate(orders)

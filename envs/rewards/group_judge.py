@@ -24,6 +24,7 @@ from typing import Any
 
 from gymflow.envs.contract import Message, Wire
 from gymflow.envs.errors import JudgeParseError
+from gymflow.envs.rewards.group import rank_rewards
 from gymflow.envs.rewards.judge import MAX_REPLY_CHARS, bound, fence, render_transcript
 from gymflow.envs.rewards.lenient_json import LenientJSONError, json_candidates, loads_lenient
 
@@ -178,27 +179,11 @@ def combine(per_order: Sequence[Sequence[float]], orders: Sequence[Sequence[int]
 def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     """Spearman's rank correlation of two score lists (ties share their mean rank); 1.0 when both
     are constant (they agree that nothing differs), 0.0 when only one is."""
-    ra, rb = _ranks(a), _ranks(b)
-    mean = (len(a) + 1) / 2
-    da = [r - mean for r in ra]
-    db = [r - mean for r in rb]
+    da = [r - 0.5 for r in rank_rewards(a)]  # ranks scaled to [0, 1], mean 0.5
+    db = [r - 0.5 for r in rank_rewards(b)]
     va, vb = math.fsum(x * x for x in da), math.fsum(y * y for y in db)
     if va == 0 and vb == 0:
         return 1.0
     if va == 0 or vb == 0:
         return 0.0
     return math.fsum(x * y for x, y in zip(da, db, strict=True)) / math.sqrt(va * vb)
-
-
-def _ranks(values: Sequence[float]) -> list[float]:
-    ordered = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    start = 0
-    while start < len(ordered):
-        end = start
-        while end + 1 < len(ordered) and values[ordered[end + 1]] == values[ordered[start]]:
-            end += 1
-        for k in range(start, end + 1):
-            ranks[ordered[k]] = (start + end) / 2 + 1
-        start = end + 1
-    return ranks

@@ -22,7 +22,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 from users_support import Agent, Guesser, RefundDesk, customer, task
 
 from gymflow.activities.model import ModelConfig
@@ -184,3 +185,16 @@ async def test_a_user_turn_survives_its_worker_killed(client: Client, temporal_a
         "It is order 815.",
     ]
     assert len(calls) >= 3, "the lost reply was asked for again (then the STOP)"
+
+
+async def test_a_task_without_the_users_instruction_is_refused_with_a_clear_error(
+    client: Client, worker: RunningWorker
+) -> None:
+    """A bad task is the input's fault (as every invalid `init_args` is): the rollout fails at its init
+    with the reason, before any model call, and is never scored."""
+    bare = task(4711).model_copy(update={"init_args": {}})
+    with pytest.raises(WorkflowFailureError) as caught:
+        await play(client, worker, Agent(), env="refund-desk", task=bare)
+    cause = caught.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput", "the input's fault: exit 2"
+    assert "init_rollout" in str(cause) and "needs init_args['user']" in str(cause)
