@@ -23,6 +23,7 @@ does; its children do not, they end when the worker's end of their stdin closes,
 from __future__ import annotations
 
 import ast
+import contextlib
 import gc
 import importlib
 import importlib.util
@@ -207,7 +208,7 @@ def reap(children: dict[int, socket.socket]) -> None:
         conn = children.pop(pid, None)
         if conn is not None:
             code = os.waitstatus_to_exitcode(status)
-            with _quiet():  # the host has gone, or stopped listening
+            with contextlib.suppress(Exception):  # the host has gone, or stopped listening
                 conn.sendall(f"exit {code}\n".encode())
             conn.close()
 
@@ -220,7 +221,7 @@ def spawn(conn: socket.socket, target: dict[str, Any], *, closing: list[Any]) ->
         request, fds = _receive(conn)
         pid = os.fork()
     except (OSError, ValueError) as exc:
-        with _quiet():
+        with contextlib.suppress(Exception):
             conn.sendall(f"error {exc}\n".encode())
         conn.close()
         for fd in fds:
@@ -263,7 +264,7 @@ def _become_child(request: dict[str, Any], fds: list[int], target: dict[str, Any
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for item in closing:
-            with _quiet():
+            with contextlib.suppress(Exception):
                 item.close() if hasattr(item, "close") else os.close(item)
         os.setsid()
         for number, fd in enumerate(fds):
@@ -283,7 +284,7 @@ def _become_child(request: dict[str, Any], fds: list[int], target: dict[str, Any
     except BaseException:  # a child never returns into the fork server's loop
         traceback.print_exc()
     finally:
-        with _quiet():
+        with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
@@ -333,14 +334,6 @@ def _die_with_parent() -> None:
         pass
     if os.getppid() != parent:  # it died before the signal was asked for
         os._exit(1)
-
-
-class _quiet:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return True
 
 
 if __name__ == "__main__":
