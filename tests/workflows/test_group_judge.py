@@ -7,20 +7,23 @@ known; one judge scores by content, another by position only (the bias the order
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
 from typing import Any
 
 import pytest
+from mcp_support import wait_until
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
 from gymflow.activities.judge import GroupJudgeConfig
 from gymflow.activities.model import ModelConfig
+from gymflow.activities.names import SA_STATUS
 from gymflow.activities.schema import GroupInput, GroupResult, RolloutInput
 from gymflow.envs.builtin.math.data import generate_tasks
 from gymflow.envs.contract import Message, TerminationReason
@@ -48,14 +51,16 @@ def seeded_model() -> Starlette:
     return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
 
 
-def judge_app(mode: str, calls: list[list[str]]) -> Starlette:
+def judge_app(mode: str, calls: list[list[str]], hold: asyncio.Event | None = None) -> Starlette:
     """`content`: scores each attempt 2 x its answer + 1; `position`: 10 for T1, 0 for the rest;
-    `500`: fails."""
+    `500`: fails. With `hold`, every call waits for it first (a judge step in flight)."""
 
     async def completions(request: Request) -> Response:
         body = await request.json()
         attempts = ATTEMPT.findall(body["messages"][-1]["content"])
         calls.append([text for _, text in attempts])
+        if hold is not None:
+            await hold.wait()
         if mode == "500":
             return PlainTextResponse("Internal Server Error", 500)
         if mode == "position":
@@ -165,3 +170,32 @@ def test_the_prompt_shows_each_attempt_under_its_label_in_order() -> None:
     assert [name for name, _ in shown] == ["T1", "T2", "T3"]
     assert [text.split()[-1] for _, text in shown] == ["1", "2", "0"]
     assert "be right" in messages[-1].content and "add 2 and 2" in messages[-1].content
+
+
+async def test_a_group_cancelled_in_its_judge_step_closes_cancelled(client: Client, worker: RunningWorker) -> None:
+    """Cancelled while both judge calls are in flight: the group ends CANCELED with its final status,
+    and its samples' rollouts are closed (they had finished; nothing of theirs is left running)."""
+    calls: list[list[str]] = []
+    hold = asyncio.Event()
+    task = generate_tasks(1, seed=8)[0]
+    async with AppServer(seeded_model()) as model, AppServer(judge_app("content", calls, hold)) as judge:
+        template = RolloutInput(env="math-inproc", task=task, model=ModelConfig(base_url=model.url, seed=0))
+        judging = GroupJudgeConfig(model=ModelConfig(base_url=judge.url, temperature=0.0))
+        handle = await client.start_workflow(
+            GroupRolloutWorkflow.run,
+            GroupInput(rollout=template, n=3, group_judge=judging),
+            id=f"group-{uuid.uuid4().hex[:8]}",
+            task_queue=worker.task_queue,
+        )
+        await wait_until(lambda: len(calls) == 2, what="both orders' judge calls in flight")
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        hold.set()
+    described = await handle.describe()
+    assert described.status == WorkflowExecutionStatus.CANCELED
+    assert described.typed_search_attributes.get(SA_STATUS) == "cancelled"
+    running = [
+        e async for e in client.list_workflows(f'WorkflowId STARTS_WITH "{handle.id}/" AND ExecutionStatus = "Running"')
+    ]
+    assert running == []
