@@ -31,6 +31,8 @@ BUILTIN: dict[str, str] = {
     "search": "gymflow.envs.builtin.search.env:SearchEnv",
     "units": "gymflow.envs.examples.units:UnitsEnv",
     "crm": "gymflow.envs.builtin.crm.env:CrmEnv",
+    "crm-support": "gymflow.envs.builtin.crm_support.env:CrmSupportEnv",
+    "crm-support-llm": "gymflow.envs.builtin.crm_support.env:CrmSupportLlmEnv",
     "harbor": "gymflow.envs.builtin.harbor.env:HarborEnv",
 }
 
