@@ -24,6 +24,8 @@ KNOWN_GOOD = {  # the class each built-in env's `reference` (and default) must b
     "sheets": "ReferencePolicy",
     "search": "RetrievePolicy",
     "crm": "ReferencePolicy",
+    "crm-support": "ReferenceAgent",
+    "crm-support-llm": "ReferenceAgent",
     "units": "ConvertPolicy",
     "harbor": "OraclePolicy",
 }

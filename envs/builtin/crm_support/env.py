@@ -9,7 +9,10 @@ customer with a goal and private facts (e-mail address, birth date) talks to it
 * Each rollout gets a writable copy of the support database (the generated CRM plus refunds,
   escalations and a log of every tool call: gymflow.envs.builtin.crm_support.store) in its
   workspace, and one MCP server process on it. The master of each seed is built once per worker.
-* Not stateless: the tools write. A rollout whose worker dies is not moved to a fresh copy.
+* Not stateless (the tools write) but replayable: the tools are deterministic (ids are counted
+  per copy), so a rollout whose worker dies gets a fresh copy elsewhere, its recorded tool calls
+  run again on it and must give the same results, and the customer gets its instruction from the
+  task again. Refused calls are not replayed; they changed nothing (the reward skips them too).
 * `crm-support` plays the customer with a script (`ScriptedUser`, offline, deterministic);
   `crm-support-llm` with a model behind any OpenAI-compatible endpoint (`ModelUser`, the URL in
   ``GYMFLOW_USER_URL``). `gymflow policy serve crm-support --policy customer` serves the script as
@@ -48,6 +51,7 @@ class CrmSupportEnv(UserTurns, McpEnv):
 
     name = "crm-support"
     system_prompt = POLICY
+    replayable = True  # deterministic tools on a fresh copy rebuild the rollout's database exactly
     mcp_servers = {"support": {"command": "python", "args": ["-m", SERVER_MODULE, "--db", DB_NAME]}}
     user: ClassVar[UserSimulator | None] = ScriptedUser(_scripted)
     max_user_turns = 6
