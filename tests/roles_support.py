@@ -56,6 +56,19 @@ class Impostor(SolverCritic):
 register(Impostor.name, Impostor)
 
 
+class HostedSolverCritic(SolverCritic):
+    """The same, with a host who hands the turn over in words (`env_turns`: after `next_role`)."""
+
+    name = "solver-critic-hosted"
+    env_turns = True
+
+    async def env_response(self, rollout_id: str, messages: list[Message]) -> list[Message] | None:
+        return [Message(role="user", content="Over to the next speaker.")]
+
+
+register(HostedSolverCritic.name, HostedSolverCritic)
+
+
 class SoloEnv(BaseEnv):
     """An env of one unnamed policy."""
 

@@ -118,6 +118,28 @@ async def test_each_role_gets_its_own_exact_token_sequence_and_mask(client: Clie
                      "solver: solver-7b turn 4"]  # fmt: skip
 
 
+async def test_an_env_that_also_answers_speaks_after_naming_the_next_role(
+    client: Client, worker: RunningWorker
+) -> None:
+    async with PolicyServer(SOLVER) as solver, PolicyServer(CRITIC) as critic:
+        rollout = RolloutInput(
+            env="solver-critic-hosted",
+            task=task(),
+            model=ModelConfig(base_url=solver.url),
+            roles={"critic": ModelConfig(base_url=critic.url)},
+        )
+        trajectory = await (await start_rollout(client, rollout, task_queue=worker.task_queue)).result()
+    host = "Over to the next speaker."
+    assert [(m.role, m.speaker, m.content) for m in trajectory.messages if m.role in ("user", "assistant")][2:] == [
+        ("assistant", "solver", "The answer is 4."),
+        ("user", None, host),
+        ("assistant", "critic", "Correct, but show your work."),
+        ("user", None, host),
+        ("assistant", "solver", "2 + 2 = 4, so the answer is 4."),
+    ]
+    assert trajectory.termination == TerminationReason.FINAL_ANSWER and trajectory.speakers[-1] == "solver"
+
+
 async def test_a_role_the_env_does_not_declare_fails_the_rollout_as_invalid_input(
     client: Client, worker: RunningWorker
 ) -> None:
