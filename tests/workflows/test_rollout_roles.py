@@ -15,12 +15,14 @@ from temporalio.exceptions import ApplicationError
 from gymflow.activities import errors
 from gymflow.activities.model import ModelConfig
 from gymflow.activities.schema import RolloutInput
+from gymflow.activities.session_schema import SessionInput
 from gymflow.envs.contract import Message, TerminationReason
 from gymflow.envs.errors import TokenDataError
 from gymflow.envs.wire.chat import render_tools_block
 from gymflow.envs.wire.tokens import TokenSequence
 from gymflow.workers.cli.inspect import inspect_workflow
 from gymflow.workers.sdk.client import start_rollout
+from gymflow.workers.sdk.sessions import start_session
 from gymflow.workers.servers.byte_tokens import encode
 from gymflow.workers.servers.policy import PolicyServer
 from gymflow.workers.worker import RunningWorker
@@ -171,3 +173,12 @@ async def test_a_next_speaker_the_env_never_declared_ends_the_rollout_as_an_env_
     inspection = await inspect_workflow(client, handle.id, run_id=None, ui_url="http://ui")
     asked = [step for step in inspection.steps if step.activity == "env_response"]
     assert [step.attempts for step in asked] == [1]  # the env's bug: not retried
+
+
+async def test_a_session_refuses_an_env_of_roles_as_invalid_input(client: Client, worker: RunningWorker) -> None:
+    session = await start_session(client, SessionInput(env="solver-critic", task=task()), task_queue=worker.task_queue)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await session.handle.result()
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == errors.INVALID_INPUT
+    assert "played by several roles (solver, critic); a session plays one policy" in cause.message
