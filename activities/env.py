@@ -175,6 +175,7 @@ class EnvActivities:
             env_package=env.package,
             env_turns=env.env_turns,
             harness=harness,
+            roles=list(env.roles),
         )
 
     @activity.defn(name="call_tool")
@@ -245,24 +246,36 @@ class EnvActivities:
 
     @activity.defn(name="env_response")
     async def env_response(self, input: EnvResponseInput) -> EnvResponse:
-        """The env's answer to the model's final answer (`BaseEnv.env_turns` envs)."""
+        """The env's answer to a final answer: who speaks next (`BaseEnv.roles` envs), then its user
+        messages (`BaseEnv.env_turns` envs); either may end the episode."""
         log_context(input.env, state_key=input.state_key)
         env = self.env(input.env)
+        role: str | None = None
         try:
-            reply = await _with_heartbeat(env.env_response(input.state_key, input.messages))
+            if env.roles:
+                role = await _with_heartbeat(env.next_role(input.state_key, input.messages))
+                if role is None:
+                    return EnvResponse(done=True)
+                if role not in env.roles:  # the env's own bug: no retry mends it
+                    raise errors.non_retryable(
+                        f"{input.env}.next_role named role {role!r}, which it does not declare (roles: "
+                        f"{', '.join(env.roles)})",
+                        type=errors.ENV_CONFIG,
+                    )
+            reply = await _with_heartbeat(env.env_response(input.state_key, input.messages)) if env.env_turns else []
         except RolloutNotFound as exc:
             raise errors.non_retryable(str(exc), type=errors.ROLLOUT_NOT_FOUND) from exc
         except InfraError as exc:
             raise errors.non_retryable(str(exc), type=errors.ENV_ERROR) from exc
         if reply is None:
             return EnvResponse(done=True)
-        if not reply or any(m.role != "user" for m in reply):
+        if (env.env_turns and not reply) or any(m.role != "user" for m in reply):
             raise errors.non_retryable(
                 f"{input.env}.env_response must answer user messages or None, got roles "
                 f"{[m.role for m in reply] or 'none'}",
                 type=errors.ENV_ERROR,
             )
-        return EnvResponse(messages=[within_message_limit(m, self.payload_limit_bytes) for m in reply])
+        return EnvResponse(messages=[within_message_limit(m, self.payload_limit_bytes) for m in reply], next_role=role)
 
     async def _admitted(self, env: BaseEnv, step: Step, work: Callable[[], Awaitable[T]]) -> T:
         """`work()`, started once the node admits it when `env` is CPU-bound (at once otherwise)."""

@@ -53,6 +53,9 @@ class RolloutHandle(Wire):
     env_turns: bool = False
     """The env answers final answers (`BaseEnv.env_turns`): the workflow asks `env_response` for the
     next user message instead of ending the rollout. Handles recorded before it existed say False."""
+    roles: list[str] = Field(default_factory=list)
+    """The env's roles (`BaseEnv.roles`), the first opening: after each role's final answer the workflow
+    asks `env_response` who speaks next. Empty: one unnamed policy (and for handles recorded before it)."""
     harness: HarnessInfo | None = None
     """Set for a harness env (gymflow.envs.harness): an agent program plays the rollout, its model calls
     coming through the gateway (gymflow.workflows.harness) instead of the workflow's agent loop."""
@@ -106,6 +109,8 @@ class EnvResponse(Wire):
 
     messages: list[Message] = Field(default_factory=list)
     done: bool = False
+    next_role: str | None = None
+    """In a rollout of roles (`RolloutHandle.roles`): the role that speaks next (`BaseEnv.next_role`)."""
 
 
 class ReleaseInput(Wire):

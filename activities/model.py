@@ -32,6 +32,7 @@ from gymflow.activities.errors import MODEL_ERROR, MODEL_REJECTED, non_retryable
 from gymflow.envs.contract import Message, ToolSpec, Usage, Wire, json_bytes
 from gymflow.envs.wire import chat
 from gymflow.envs.wire.images import render_messages_with_images
+from gymflow.envs.wire.roles import role_view
 from gymflow.envs.wire.tokens import TokenPrefix, TurnTokens, completion_token_data, turn_tokens
 
 
@@ -126,6 +127,10 @@ class GenerateInput(Wire):
     token_prefix: TokenPrefix | None = None
     """The previous turn's prompt + completion tokens (length, digest), when token data is on: the
     prompt is checked to extend it and only the new tokens are recorded (gymflow.envs.wire.tokens)."""
+    speaker: str | None = None
+    """The role playing this turn, in a rollout of several (`BaseEnv.roles`): its model is sent the
+    conversation as that role sees it (gymflow.envs.wire.roles.role_view), `token_prefix` is that role's
+    own, and the reply and its token data are tagged with it."""
 
 
 class GenerateResult(Wire):
@@ -216,9 +221,10 @@ class ModelActivities:
         """
         config = input.model
         render = render_messages_with_images if config.images else chat.render_messages
+        seen = input.messages if input.speaker is None else role_view(input.messages, input.speaker)
         body = chat_body(
             config,
-            render(input.messages, input.tools, config.tool_format),
+            render(seen, input.tools, config.tool_format),
             default_model=self._default_model,
             tools=chat.render_tools(input.tools, config.tool_format),
         )
@@ -227,6 +233,8 @@ class ModelActivities:
         )
         choice = completion["choices"][0]
         message = chat.parse_assistant_message(choice["message"], config.tool_format, id_prefix=f"call_{input.turn}")
+        if input.speaker is not None:
+            message.speaker = input.speaker
         result = GenerateResult(
             message=message,
             finish_reason=str(choice.get("finish_reason") or ""),
@@ -242,6 +250,7 @@ class ModelActivities:
                     completion_ids=completion_ids,
                     logprobs=logprobs,
                     prefix=input.token_prefix,
+                    speaker=input.speaker,
                 )
         limit = self._payload_limit_bytes
         if limit is not None and (size := json_bytes(result)) > limit - REPLY_SLACK_BYTES:

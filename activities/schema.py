@@ -12,7 +12,7 @@ nothing nondeterministic.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 from temporalio.common import SearchAttributePair
@@ -92,6 +92,10 @@ class PolicyUpdate(Wire):
     rollout's own, with `version`."""
 
 
+RoleName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+"""A role's name, as the env declares it (`BaseEnv.roles`)."""
+
+
 class RolloutInput(Wire):
     """Input of RolloutWorkflow."""
 
@@ -118,6 +122,10 @@ class RolloutInput(Wire):
     policy: PolicyUpdate | None = None
     """The trainer's newest announcement when the rollout starts (set by its group, which passes on
     later ones as `names.POLICY_SIGNAL` signals)."""
+    roles: dict[RoleName, ModelConfig] = Field(default_factory=dict)
+    """For an env of several roles (`BaseEnv.roles`: a solver and its critic, two players): the model
+    of each role named here; the roles not named play `model`, the trained policy that follows the
+    trainer's announcements (`policy`). A role the env does not declare fails the rollout (InvalidInput)."""
 
 
 RolloutResult = Trajectory
@@ -199,6 +207,8 @@ class RolloutOptions(Wire):
     """`RolloutInput.fuse_turns` of every rollout."""
     policy_mode: PolicyMode = "continue"
     """`RolloutInput.policy_mode` of every rollout."""
+    roles: dict[RoleName, ModelConfig] = Field(default_factory=dict)
+    """`RolloutInput.roles` of every rollout."""
 
     def rollout(
         self, env: str, task: Task, *, batch_id: str | None = None, model: ModelConfig | None = None
@@ -213,6 +223,7 @@ class RolloutOptions(Wire):
             judge=self.judge,
             fuse_turns=self.fuse_turns,
             policy_mode=self.policy_mode,
+            roles=self.roles,
             batch_id=batch_id,
         )
 

@@ -113,6 +113,11 @@ class BaseEnv(ABC):
     """True: the env answers the model's final answers (a user simulator, a game): when the model
     replies without a tool call, `env_response` gives the next user message(s) and the rollout goes
     on, until it answers None. Fused turns are off for such envs."""
+    roles: ClassVar[tuple[str, ...]] = ()
+    """Named policies that play this env together (a solver and its critic, two players), the first
+    opening; each plays with its own model (`RolloutInput.roles`, else the rollout's model) and sees
+    the others' answers as user messages (gymflow.envs.wire.roles). A role keeps the turn while it calls
+    tools; after its final answer `next_role` names who speaks next. Empty: one unnamed policy."""
     package: ClassVar[EnvPackageRef | None] = None
     """The env package this env's code comes from (gymflow.envs.packages), recorded on every
     trajectory; None for envs of this installation."""
@@ -130,6 +135,8 @@ class BaseEnv(ABC):
         super().__init_subclass__(**kwargs)
         if cls.fused_turns and not cls.stateless:
             raise TypeError(f"{cls.__name__}: fused_turns re-runs tool calls on retries: stateless envs only")
+        if len(set(cls.roles)) != len(cls.roles) or not all(isinstance(r, str) and r for r in cls.roles):
+            raise TypeError(f"{cls.__name__}: roles must be distinct non-empty names, got {cls.roles!r}")
 
     def __init__(self, **kwargs: Any) -> None:
         del kwargs
@@ -170,6 +177,16 @@ class BaseEnv(ABC):
         None when the episode is over. `messages` is the conversation so far (system prompt first)."""
         del rollout_id, messages
         return None
+
+    async def next_role(self, rollout_id: str, messages: list[Message]) -> str | None:
+        """Who speaks after a role's final answer (`roles` envs): one of `roles`, or None when the
+        episode is over. `messages` is the conversation so far, each assistant message naming its
+        `speaker`. Default: each role once, in the declared order (a solver answers, its critic
+        reviews, done). An env that also has `env_turns` answers with `env_response` after this."""
+        del rollout_id
+        last = next((m.speaker for m in reversed(messages) if m.role == "assistant" and m.speaker), None)
+        at = self.roles.index(last) + 1 if last in self.roles else 0
+        return self.roles[at] if at < len(self.roles) else None
 
     # -- prompt ------------------------------------------------------------------------------
     async def get_system_prompt(self, task: Task | None = None) -> str:

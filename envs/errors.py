@@ -148,9 +148,13 @@ class TokenDataError(ValueError):
 class TokenMismatch(TokenDataError):
     """A turn's prompt does not extend the previous prompt + completion."""
 
-    def __init__(self, turn: int, position: int, expected: int | None, found: int | None) -> None:
+    def __init__(
+        self, turn: int, position: int, expected: int | None, found: int | None, *, previous: int | None = None
+    ) -> None:
+        """`previous`: the turn it should extend, when not `turn - 1` (a role's sequence skips the others' turns)."""
         super().__init__(
-            f"turn {turn}'s prompt does not extend turn {turn - 1}'s prompt + completion: first difference "
+            f"turn {turn}'s prompt does not extend turn {turn - 1 if previous is None else previous}'s prompt + "
+            f"completion: first difference "
             f"at token {position} (expected {expected}, found {found}); the chat template or tokenizer "
             "re-renders history differently from what the model generated"
         )

@@ -43,6 +43,7 @@ SANDBOX_PASSTHROUGH = (
         "gymflow.workflows.activity_calls",
         "gymflow.workflows.budget",
         "gymflow.workflows.fused_turns",
+        "gymflow.workflows.role_play",
         "gymflow.workflows.resume",
         "gymflow.workflows.children",
     ),

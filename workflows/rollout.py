@@ -28,6 +28,8 @@ such a turn as invalid input (a worker older than this code) gets the rollout's 
 turn carries no summary: its calls are decided inside it, so it heads its result with them for the
 Web UI (`PlayTurnInput.call_lines`), and a node too old to read that request gets turns without it.
 That half of the workflow (what the node holds, the fallbacks) is gymflow.workflows.fused_turns.
+An env of several roles (a solver and its critic) has each model turn played by the role whose turn it
+is, with that role's model and view of the conversation (gymflow.workflows.role_play).
 Starters (the SDK, parent workflows) set the initial search attributes and memo, so the workflow
 upserts only what is missing. All three sit behind the `ROLLOUT_PLAN_2` patch: histories written
 before it replay on the old plan. Starters that declare the plan in the memo (`names.MEMO_PLAN`) need
@@ -64,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
     from gymflow.workflows.budget import TrajectoryBudget
     from gymflow.workflows.fused_turns import FusedTurns
     from gymflow.workflows.harness import HarnessRun
+    from gymflow.workflows.role_play import RolePlay
     from gymflow.workflows.rollout_env import RolloutEnv
     from gymflow.workflows.rollout_env import Stop as _Stop
 
@@ -106,6 +109,8 @@ class RolloutWorkflow:
         """The newest policy announcement received (`policy` signal)."""
         self._versions: list[int | None] = []
         """The policy version of every model turn played, in order."""
+        self._roles: RolePlay | None = None
+        """Who speaks, when the env declares roles (gymflow.workflows.role_play)."""
         self._draining = False
 
     @workflow.signal(name=names.POLICY_SIGNAL)
@@ -167,18 +172,7 @@ class RolloutWorkflow:
         try:
             try:
                 handle = await env.start()
-                self._rubric = input.judge.rubric if input.judge and input.judge.rubric else handle.rubric
-                self._messages = [Message(role="system", content=handle.system_prompt)]
-                self._messages += handle.opening_messages or input.task.opening_messages()
-                self._budget = TrajectoryBudget(handle.payload_limit_bytes, input.task, handle.tools, self._rubric)
-                if not self._budget.fits(self._messages):
-                    raise ApplicationError(
-                        f"task {input.task.id!r} leaves no room for a conversation under the "
-                        f"{handle.payload_limit_bytes}-byte payload limit; set "
-                        "GYMFLOW_PAYLOAD_STORAGE_URI for external payload storage",
-                        type=errors.INVALID_INPUT,
-                        non_retryable=True,
-                    )
+                self._open(handle)
                 # No patch: the recorded handle decides. Handles recorded before fused turns existed
                 # carry no `fused_turns` (False), so those histories replay on the classic plan; nor
                 # a `harness`, which only harness envs' handles carry.
@@ -208,6 +202,24 @@ class RolloutWorkflow:
         if self._harness is not None:  # model calls still being answered finish first
             await workflow.wait_condition(workflow.all_handlers_finished)
         return result
+
+    def _open(self, handle: RolloutHandle) -> None:
+        """What the rollout takes from its env's first handle: the opening conversation, the rubric,
+        the payload budget and the roles; an input that cannot play fails (InvalidInput)."""
+        input = self._input
+        self._roles = RolePlay.of(input, handle)
+        self._rubric = input.judge.rubric if input.judge and input.judge.rubric else handle.rubric
+        self._messages = [Message(role="system", content=handle.system_prompt)]
+        self._messages += handle.opening_messages or input.task.opening_messages()
+        self._budget = TrajectoryBudget(handle.payload_limit_bytes, input.task, handle.tools, self._rubric)
+        if not self._budget.fits(self._messages):
+            raise ApplicationError(
+                f"task {input.task.id!r} leaves no room for a conversation under the "
+                f"{handle.payload_limit_bytes}-byte payload limit; set "
+                "GYMFLOW_PAYLOAD_STORAGE_URI for external payload storage",
+                type=errors.INVALID_INPUT,
+                non_retryable=True,
+            )
 
     # -- harness rollouts: an agent program plays, its model calls arrive as updates -------------
     async def _program(self, handle: RolloutHandle) -> TerminationReason:
@@ -277,6 +289,8 @@ class RolloutWorkflow:
                 result = turn.generated if turn else await self._generate()
                 self._turns += 1
                 self._versions.append(version)
+                if self._roles is not None:
+                    self._roles.played(result.token_prefix)
                 self._usage = Usage(
                     prompt_tokens=self._usage.prompt_tokens + result.usage.prompt_tokens,
                     completion_tokens=self._usage.completion_tokens + result.usage.completion_tokens,
@@ -303,6 +317,8 @@ class RolloutWorkflow:
                     reply = await self._env_steps().respond(self._messages)
                     if reply.done:
                         return TerminationReason.FINAL_ANSWER
+                    if self._roles is not None:
+                        self._roles.pass_to(reply.next_role)
                     self._pending_chars = 0
                     for answer in reply.messages:
                         said, whole = self._budget.admit(answer)
@@ -328,8 +344,10 @@ class RolloutWorkflow:
 
     async def _follow_policy(self) -> None:
         """At a turn boundary: wait for announced weights to go live (`drain`), and move to the newest
-        live version (the next turn calls it; the turn in flight finished on the weights it started with)."""
-        model = self._current_model()
+        live version (the next turn calls it; the turn in flight finished on the weights it started with).
+        With roles, only the roles that play the rollout's `model` follow it."""
+        model = self._model
+        assert model is not None
         mine = -1 if model.version is None else model.version
         pending = self._policy
         if pending is not None and not pending.live and pending.version > mine and self._input.policy_mode == "drain":
@@ -347,7 +365,7 @@ class RolloutWorkflow:
 
     def _current_model(self) -> ModelConfig:
         assert self._model is not None
-        return self._model
+        return self._roles.model(self._model) if self._roles is not None else self._model
 
     def _check_context_budget(self) -> None:
         budget = self._input.limits.max_context_tokens
@@ -378,7 +396,8 @@ class RolloutWorkflow:
                     maximum_attempts=input.retry.model_attempts,
                     non_retryable_error_types=[errors.MODEL_REJECTED, errors.CONTEXT_LENGTH],
                 ),
-                summary=f"{model.model or 'model'} turn {self._turns + 1}",
+                summary=(f"{self._roles.speaker}: " if self._roles else "")
+                + f"{model.model or 'model'} turn {self._turns + 1}",
             )
         except ActivityError as exc:
             if error_type(exc) == errors.CONTEXT_LENGTH:
@@ -391,13 +410,13 @@ class RolloutWorkflow:
         asked = self._input.fuse_turns
         if asked is None:
             asked = handle.fused_turns and not (self._plan_2 and self._input.model.local_activity)
-        return handle.stateless and asked and not handle.env_turns
+        return handle.stateless and asked and not handle.env_turns and not handle.roles
 
     def _wants_env_turn(self) -> bool:
         """Whether the env answers a final answer (`RolloutHandle.env_turns`; handles recorded before
         it existed say no, so their histories replay as they ran)."""
         handle = self._env_steps().handle
-        return handle is not None and handle.env_turns
+        return handle is not None and (handle.env_turns or bool(handle.roles))
 
     async def _play_turn(self) -> PlayTurnResult:
         """One fused turn on the rollout's node (recovered like any env step if the node is lost)."""
@@ -424,7 +443,8 @@ class RolloutWorkflow:
             tools=handle.tools,
             rollout_id=self._rollout_id,
             turn=self._turns,
-            token_prefix=self._token_prefix,
+            token_prefix=self._roles.prefix() if self._roles else self._token_prefix,
+            speaker=self._roles.speaker if self._roles else None,
         )
 
     def _env_steps(self) -> RolloutEnv:
@@ -463,4 +483,5 @@ class RolloutWorkflow:
             tokens=self._tokens,
             program=self._harness.program() if self._harness is not None else None,
             versions=self._versions if any(v is not None for v in self._versions) else [],
+            speakers=self._roles.speakers if self._roles else [],
         )

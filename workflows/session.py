@@ -111,6 +111,13 @@ class RolloutSessionWorkflow:
     async def _start(self, env: RolloutEnv) -> None:
         async with self._lock:
             handle = await env.start()
+            if handle.roles:  # a trainer's steps name no role: never play such an env as if it had one
+                raise ApplicationError(
+                    f"env {self._input.env!r} is played by several roles ({', '.join(handle.roles)}); a session "
+                    "plays one policy: run it as a rollout (RolloutInput.roles)",
+                    type=errors.INVALID_INPUT,
+                    non_retryable=True,
+                )
             self._messages = [Message(role="system", content=handle.system_prompt)] if handle.system_prompt else []
             self._messages += self._input.task.opening_messages()
             self._budget = TrajectoryBudget(handle.payload_limit_bytes, self._input.task, handle.tools)

@@ -15,8 +15,15 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import to_json
 
+from gymflow.envs.errors import TokenDataError
 from gymflow.envs.wire.termination import TerminationReason
-from gymflow.envs.wire.tokens import TokenSequence, TurnTokens, build_segments, build_sequence
+from gymflow.envs.wire.tokens import (
+    TokenSequence,
+    TurnTokens,
+    build_role_sequences,
+    build_segments,
+    build_sequence,
+)
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -112,6 +119,10 @@ class Message(Wire):
     images: list[ToolAttachment] = Field(default_factory=list, exclude_if=lambda images: not images)
     """For role=tool: the images the tool returned inline (`content` names each one). A model whose
     `ModelConfig.images` is on sees them as image parts; any other reads only the text."""
+    speaker: str | None = Field(default=None, exclude_if=lambda speaker: speaker is None)
+    """For role=assistant in a rollout of several roles (`BaseEnv.roles`): the role whose model wrote it.
+    None otherwise, and then absent from the JSON. Never sent to a model: each role's model reads the
+    others' answers as user messages (gymflow.envs.wire.roles)."""
 
 
 class TaskTimeouts(Wire):
@@ -294,6 +305,9 @@ class Trajectory(Wire):
     versions: list[int | None] = Field(default_factory=list, exclude_if=lambda versions: not versions)
     """Per model turn, in order, the policy version that played it (`ModelConfig.version`; None for a
     turn of an unversioned model); empty when no turn was versioned."""
+    speakers: list[str] = Field(default_factory=list, exclude_if=lambda speakers: not speakers)
+    """Per model turn, in order, the role that played it (`BaseEnv.roles`); empty for a rollout of one
+    unnamed policy. `role_sequences()` gives each role its own token sequence."""
 
     def version_span(self) -> tuple[int, int] | None:
         """(first, last): the oldest and the newest policy version among the turns; None if none was versioned."""
@@ -314,10 +328,25 @@ class Trajectory(Wire):
         """The whole conversation as the model saw it: token ids, loss mask (1 on model tokens), logprobs.
 
         Raises:
-            gymflow.envs.errors.TokenDataError: A turn has no token data, or (`TokenMismatch`) its prompt
-                does not extend the previous prompt + completion (`token_segments` splits there instead).
+            gymflow.envs.errors.TokenDataError: A turn has no token data, several roles played the turns
+                (`role_sequences`), or (`TokenMismatch`) its prompt does not extend the previous prompt +
+                completion (`token_segments` splits there instead).
         """
         return build_sequence(self.tokens, expected_turns=self.turns)
+
+    def role_sequences(self, *roles: str) -> dict[str, TokenSequence]:
+        """Per role (`roles`, default every role that played): the conversation as that role's model saw
+        it, token ids, loss mask (1 only on that role's tokens) and logprobs. A trainer of one role asks
+        for that role alone, whose turns alone need token data (gymflow.envs.wire.tokens.build_role_sequences).
+
+        Raises:
+            gymflow.envs.errors.TokenDataError: The rollout had no roles (`token_sequence` is its
+                sequence), a wanted role's turn has no token data, or (`TokenMismatch`) a role's prompt
+                does not extend its previous prompt + completion.
+        """
+        if not self.speakers:
+            raise TokenDataError(f"rollout {self.rollout_id} was played by one policy: use token_sequence()")
+        return build_role_sequences(self.tokens, speakers=self.speakers, roles=roles or None)
 
     @model_validator(mode="after")
     def _infra_matches_reason(self) -> Trajectory:

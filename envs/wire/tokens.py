@@ -22,6 +22,9 @@ Decisions worth knowing:
   turns into segments, each one linear sequence with its own loss mask: a turn joins the segment
   whose prompt + completion its prompt extends, else it starts a new segment with its whole prompt.
   Trainers take every segment as a sample of the same rollout; nothing is re-tokenised.
+* Several roles in one rollout (`BaseEnv.roles`: a solver and its critic) each see the conversation
+  their own way, so each role's turns are one linear sequence of their own: `build_role_sequences`
+  gives one per role, its mask 1 only on that role's tokens (`build_sequence` refuses such turns).
 * Compact wire form: token ids and logprobs travel as base64 of little-endian int32 / float32 arrays
   (`PackedInts`, `PackedFloats`): ~5.3 bytes per token instead of ~7 (ids) or ~20 (logprobs) as JSON
   numbers. In Python they are plain lists; logprobs are stored at float32 precision.
@@ -43,7 +46,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator
 
 from gymflow.envs.errors import TokenDataError, TokenMismatch
 
@@ -146,6 +149,9 @@ class TurnTokens(_Wire):
     """The tokens the model generated (including a stop token the endpoint reports)."""
     logprobs: PackedFloats | None = None
     """Log-probability of each completion token under the sampling policy; None when not returned."""
+    speaker: str | None = Field(default=None, exclude_if=lambda speaker: speaker is None)
+    """The rollout role whose model played this turn (`BaseEnv.roles`); None without roles. Its prompt
+    then extends that role's previous turn, not the previous turn of the rollout."""
 
 
 class TokenSequence(_Wire):
@@ -166,9 +172,11 @@ def build_sequence(turns: Sequence[TurnTokens], *, expected_turns: int | None = 
         expected_turns: The number of assistant turns; a turn without token data is an error.
 
     Raises:
-        TokenDataError: A turn has no token data.
+        TokenDataError: A turn has no token data, or the turns were played by several roles (each
+            role saw its own conversation: `build_role_sequences`).
         TokenMismatch: A turn's prompt does not extend the previous prompt + completion.
     """
+    _one_speaker(turns)
     numbers = [t.turn for t in turns]
     wanted = list(range(expected_turns if expected_turns is not None else len(turns)))
     if numbers != wanted:
@@ -181,11 +189,65 @@ def build_sequence(turns: Sequence[TurnTokens], *, expected_turns: int | None = 
                 else ""
             )
         )
+    return _linear(turns)
+
+
+def build_role_sequences(
+    turns: Sequence[TurnTokens], *, speakers: Sequence[str], roles: Sequence[str] | None = None
+) -> dict[str, TokenSequence]:
+    """One token sequence and loss mask per role of a rollout whose turns several roles played.
+
+    Each role's model saw the conversation from its own point of view (gymflow.envs.wire.roles), so
+    each role's turns form a linear sequence of their own: a role's prompt extends its own previous
+    prompt + completion. A role's mask is 1 only on the tokens its model generated; the other roles'
+    words reach it as prompt tokens (0), like tool results.
+
+    Args:
+        turns: The trajectory's token data, in turn order (`Trajectory.tokens`).
+        speakers: Per model turn, in order, the role that played it (`Trajectory.speakers`).
+        roles: The roles wanted (default: every role that played); the others' turns may lack token data.
+
+    Raises:
+        TokenDataError: A wanted role's turn has no token data, a turn's record names another role
+            than `speakers`, or a wanted role played no turn.
+        TokenMismatch: A role's turn does not extend that role's previous prompt + completion.
+    """
+    recorded = {t.turn: t for t in turns}
+    for turn in turns:
+        played = speakers[turn.turn] if 0 <= turn.turn < len(speakers) else None
+        if turn.speaker != played:
+            raise TokenDataError(f"turn {turn.turn}'s token data names role {turn.speaker!r}, its turn {played!r}")
+    sequences: dict[str, TokenSequence] = {}
+    for role in roles if roles is not None else dict.fromkeys(speakers):
+        numbers = [i for i, speaker in enumerate(speakers) if speaker == role]
+        if not numbers:
+            raise TokenDataError(f"role {role!r} played no turn (the roles that did: {sorted(set(speakers))})")
+        missing = [i for i in numbers if i not in recorded]
+        if missing:
+            raise TokenDataError(
+                f"role {role!r}'s turn(s) {missing} have no token data (the endpoint returned no token ids, "
+                "or they were off for this role)"
+            )
+        sequences[role] = _linear([recorded[i] for i in numbers])
+    return sequences
+
+
+def _one_speaker(turns: Sequence[TurnTokens]) -> None:
+    roles = sorted({t.speaker for t in turns if t.speaker is not None})
+    if len(roles) > 1:
+        raise TokenDataError(
+            f"the turns were played by roles {roles}, each seeing its own conversation: take one sequence "
+            "per role (Trajectory.role_sequences, gymflow.envs.wire.tokens.build_role_sequences)"
+        )
+
+
+def _linear(turns: Sequence[TurnTokens]) -> TokenSequence:
+    """`turns` (one policy's, in order) as one sequence: each prompt must extend the one before it."""
     ids: list[int] = []
     mask: list[int] = []
     logprobs: list[float] | None = []
-    for turn in turns:
-        if turn.turn and turn.extends is not True:
+    for index, turn in enumerate(turns):
+        if index and turn.extends is not True:
             prompt = turn.prompt_ids
             position = next((i for i, (a, b) in enumerate(zip(ids, prompt, strict=False)) if a != b), len(prompt))
             if position >= len(prompt) and len(prompt) >= len(ids):
@@ -195,7 +257,7 @@ def build_sequence(turns: Sequence[TurnTokens], *, expected_turns: int | None = 
             else:
                 expected = ids[position] if position < len(ids) else None
                 found = prompt[position] if position < len(prompt) else None
-                raise TokenMismatch(turn.turn, position, expected, found)
+                raise TokenMismatch(turn.turn, position, expected, found, previous=turns[index - 1].turn)
         else:
             ids.extend(turn.prompt_ids)
             mask.extend([0] * len(turn.prompt_ids))
@@ -224,8 +286,10 @@ def build_segments(turns: Sequence[TurnTokens], *, expected_turns: int | None = 
     equal to `build_sequence`'s sequence.
 
     Raises:
-        TokenDataError: A turn has no token data, or its lengths contradict the record.
+        TokenDataError: A turn has no token data, or its lengths contradict the record, or the turns
+            were played by several roles (`build_role_sequences`).
     """
+    _one_speaker(turns)
     numbers = [t.turn for t in turns]
     wanted = list(range(expected_turns if expected_turns is not None else len(turns)))
     if numbers != wanted:
@@ -272,8 +336,10 @@ def turn_tokens(
     completion_ids: list[int],
     logprobs: list[float] | None,
     prefix: TokenPrefix | None,
+    speaker: str | None = None,
 ) -> tuple[TurnTokens, TokenPrefix]:
-    """A turn's record (only the new prompt tokens when it extends `prefix`) and the next prefix."""
+    """A turn's record (only the new prompt tokens when it extends `prefix`) and the next prefix;
+    `speaker`: the role that played it (its `prefix` is then that role's own)."""
     extends: bool | None = None
     new = prompt_ids
     if prefix is not None:
@@ -288,6 +354,7 @@ def turn_tokens(
         prompt_length=len(prompt_ids),
         completion_ids=completion_ids,
         logprobs=logprobs,
+        speaker=speaker,
     )
     return record, TokenPrefix(length=len(whole), sha256=digest(whole))
 

@@ -90,14 +90,20 @@ class BatchReport:
 
 
 def token_fields(result: RolloutResult) -> dict[str, Any]:
-    """A rollout's token data for JSON output: per turn, and joined (or why it cannot be)."""
+    """A rollout's token data for JSON output: per turn, and joined (or why it cannot be); a rollout of
+    several roles gets one joined sequence per role (`role_sequences`) instead."""
     if not result.tokens:
         return {}
+    key = "role_sequences" if result.speakers else "token_sequence"
     try:
-        sequence: dict[str, Any] = result.token_sequence().model_dump(mode="json")
+        joined: dict[str, Any] = (
+            {role: s.model_dump(mode="json") for role, s in result.role_sequences().items()}
+            if result.speakers
+            else result.token_sequence().model_dump(mode="json")
+        )
     except TokenDataError as exc:
-        sequence = {"error": str(exc)}
-    return {"tokens": [t.model_dump(mode="json") for t in result.tokens], "token_sequence": sequence}
+        joined = {"error": str(exc)}
+    return {"tokens": [t.model_dump(mode="json") for t in result.tokens], key: joined}
 
 
 def load_tasks(options: BatchOptions) -> list[Task]:
