@@ -176,6 +176,7 @@ class EnvActivities:
             env_turns=env.env_turns,
             harness=harness,
             roles=list(env.roles),
+            workspace=values.get("workspace"),
         )
 
     @activity.defn(name="call_tool")

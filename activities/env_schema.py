@@ -56,6 +56,9 @@ class RolloutHandle(Wire):
     roles: list[str] = Field(default_factory=list)
     """The env's roles (`BaseEnv.roles`), the first opening: after each role's final answer the workflow
     asks `env_response` who speaks next. Empty: one unnamed policy (and for handles recorded before it)."""
+    workspace: str | None = None
+    """The rollout's workspace directory on its node (envs that have one), for an agentic judge's
+    snapshot; None for envs without one and for handles recorded before it existed."""
     harness: HarnessInfo | None = None
     """Set for a harness env (gymflow.envs.harness): an agent program plays the rollout, its model calls
     coming through the gateway (gymflow.workflows.harness) instead of the workflow's agent loop."""

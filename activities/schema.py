@@ -96,6 +96,30 @@ RoleName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
 """A role's name, as the env declares it (`BaseEnv.roles`)."""
 
 
+class AgenticJudgeConfig(Wire):
+    """A judge with tools: a child rollout of a judge env (`workspace-judge` by default) that inspects
+    what the judged rollout left in its workspace, on the judged rollout's node, before its state is
+    released (gymflow.workflows.judging.agentic_judge). The child's reward is the judge's score."""
+
+    env: str = Field(default="workspace-judge", max_length=MAX_NAME_CHARS)
+    """The judge env; its init gets the judged workspace as ``init_args["source"]``."""
+    model: ModelConfig = Field(default_factory=lambda: ModelConfig(temperature=0.0))
+    """The judge model (base_url None: the worker's default endpoint)."""
+    instructions: str = Field(
+        default="Score 1 if the agent did what its task asked and what it says it did is really there; "
+        "0 if not; in between for partial work.",
+        min_length=1,
+        max_length=8_000,
+    )
+    """What the judge checks (its rubric, in prose)."""
+    limits: RolloutLimits = Field(default_factory=lambda: RolloutLimits(max_turns=8, max_tool_calls=16))
+    """The judge's own turn, tool and time budgets."""
+    weight: float = Field(default=1.0, ge=0)
+    """Weight of the judge's score in the rollout's reward."""
+    combine: Literal["add", "replace"] = "add"
+    """`add`: env total + weight x score; `replace`: weight x score alone."""
+
+
 class RolloutInput(Wire):
     """Input of RolloutWorkflow."""
 
@@ -122,6 +146,11 @@ class RolloutInput(Wire):
     policy: PolicyUpdate | None = None
     """The trainer's newest announcement when the rollout starts (set by its group, which passes on
     later ones as `names.POLICY_SIGNAL` signals)."""
+    agentic_judge: AgenticJudgeConfig | None = None
+    """Have a judge with tools inspect the rollout's workspace (a child rollout on its node)."""
+    node_queue: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    """Pin the rollout's env to this node's queue (an agentic judge's child runs where the judged
+    workspace is); a pinned rollout is not recovered elsewhere."""
     roles: dict[RoleName, ModelConfig] = Field(default_factory=dict)
     """For an env of several roles (`BaseEnv.roles`: a solver and its critic, two players): the model
     of each role named here; the roles not named play `model`, the trained policy that follows the
@@ -207,6 +236,11 @@ class RolloutOptions(Wire):
     """`RolloutInput.fuse_turns` of every rollout."""
     policy_mode: PolicyMode = "continue"
     """`RolloutInput.policy_mode` of every rollout."""
+    agentic_judge: AgenticJudgeConfig | None = None
+    """Have a judge with tools inspect the rollout's workspace (a child rollout on its node)."""
+    node_queue: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    """Pin the rollout's env to this node's queue (an agentic judge's child runs where the judged
+    workspace is); a pinned rollout is not recovered elsewhere."""
     roles: dict[RoleName, ModelConfig] = Field(default_factory=dict)
     """`RolloutInput.roles` of every rollout."""
 

@@ -34,6 +34,7 @@ BUILTIN: dict[str, str] = {
     "crm-support": "gymflow.envs.builtin.crm_support.env:CrmSupportEnv",
     "crm-support-llm": "gymflow.envs.builtin.crm_support.env:CrmSupportLlmEnv",
     "harbor": "gymflow.envs.builtin.harbor.env:HarborEnv",
+    "workspace-judge": "gymflow.envs.builtin.workspace_judge.env:WorkspaceJudgeEnv",
 }
 
 

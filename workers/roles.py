@@ -223,6 +223,7 @@ def rollout(context: Context) -> Served:
     node = Queue(
         queue,
         activities=[
+            env.init_rollout,  # a rollout pinned to this node (an agentic judge, RolloutInput.node_queue)
             env.call_tool,
             env.compute_reward,
             env.release_rollout,

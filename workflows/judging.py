@@ -16,11 +16,16 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ChildWorkflowError
+from temporalio.workflow import ChildWorkflowCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from gymflow.activities import errors, names
+    from gymflow.activities.env_schema import RolloutHandle
     from gymflow.activities.judge import GroupJudgeConfig, GroupJudgeInput, JudgeActivities, JudgeConfig, JudgeInput
+    from gymflow.activities.schema import AgenticJudgeConfig, RetrySettings, RolloutInput, RolloutResult
     from gymflow.envs.contract import Message, Reward, Task
+    from gymflow.envs.rewards.agentic import judge_task
     from gymflow.envs.rewards.group_judge import GroupJudgement, judge_orders
     from gymflow.envs.rewards.group_judge import combine as combine_orders
     from gymflow.envs.wire.rubric import Rubric
@@ -60,7 +65,7 @@ async def judge(config: JudgeConfig, rubric: Rubric, task: Task, messages: list[
     ).reward
 
 
-def combine(env_reward: Reward, judge_reward: Reward, config: JudgeConfig) -> Reward:
+def combine(env_reward: Reward, judge_reward: Reward, config: JudgeConfig | AgenticJudgeConfig) -> Reward:
     """The rollout's reward: the env's plus the judge's, components kept apart (`judge/...`)."""
     judged = config.weight * judge_reward.total
     total = judged if config.combine == "replace" else math.fsum([env_reward.total, judged])
@@ -101,3 +106,45 @@ def group_judged(reward: Reward, score: float, config: GroupJudgeConfig) -> Rewa
     judged = config.weight * score
     total = judged if config.combine == "replace" else math.fsum([reward.total, judged])
     return Reward(total=total, components={**reward.components, "group/judge": score}, info=reward.info)
+
+
+class JudgeFailed(Exception):
+    """The agentic judge gave no score (it failed, or ended infra-failed): the rollout's reward_error."""
+
+
+async def agentic_judge(
+    config: AgenticJudgeConfig, task: Task, messages: list[Message], handle: RolloutHandle, rollout_id: str
+) -> Reward:
+    """Run the judge with tools as a child rollout on the judged rollout's node (`handle`), whose
+    workspace it snapshots; returns its reward (the score).
+
+    Raises:
+        JudgeFailed: The env has no workspace, or the judge's rollout failed or was infra-failed.
+    """
+    if handle.workspace is None:
+        raise JudgeFailed("the env keeps no workspace for an agentic judge to inspect")
+    judge = RolloutInput(
+        env=config.env,
+        task=judge_task(task, [m for m in messages if m.role != "system"], source=handle.workspace,
+                        instructions=config.instructions),
+        model=config.model,
+        limits=config.limits,
+        retry=RetrySettings(max_recoveries=0),  # the judged workspace is on this node only
+        node_queue=handle.node_queue,
+    )  # fmt: skip  # no batch: the judge's rollout is not a sample of the judged rollout's batch
+    try:
+        result = await workflow.execute_child_workflow(
+            names.ROLLOUT_WORKFLOW,
+            judge,
+            id=f"{rollout_id}/judge",
+            result_type=RolloutResult,
+            retry_policy=RetryPolicy(maximum_attempts=1),
+            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            cancellation_type=ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
+            static_summary=f"agentic judge ({config.env}) of {task.id}",
+        )
+    except ChildWorkflowError as exc:
+        raise JudgeFailed(f"the agentic judge failed: {exc.cause or exc}") from exc
+    if result.infra_failed or result.reward is None:
+        raise JudgeFailed(f"the agentic judge ended {result.termination.value}: {result.error or 'no score'}")
+    return result.reward

@@ -156,6 +156,8 @@ class RolloutWorkflow:
             limits=input.limits,
             retry=input.retry,
             plan_2=self._plan_2,
+            node_queue=input.node_queue,
+            hold=input.agentic_judge is not None,  # the judge inspects the state before it is freed
         )
         # Starters that set these already (the SDK, parent workflows) save the history events and
         # the visibility writes; a plain `temporal workflow start` gets them here. GymflowStatus is
@@ -183,6 +185,8 @@ class RolloutWorkflow:
                     reason = await self._agent_loop()
                 with spans.span("reward"):
                     reward = self._fused_reward if self._fused_reward is not None else await env.reward(self._messages)
+                if reward is not None and input.agentic_judge is not None:
+                    reward = await self._agentic(handle, reward)
             except GeneratorExit:
                 # The worker evicted this run from its cache: there is no event loop left to
                 # schedule a release on, and the run goes on elsewhere as a replay that releases.
@@ -264,6 +268,15 @@ class RolloutWorkflow:
             # none, a replayed `patched` finds none and records nothing.
             workflow.patched(ROLLOUT_PLAN_2)
         return True
+
+    async def _agentic(self, handle: RolloutHandle, reward: Reward) -> Reward:
+        config = self._input.agentic_judge
+        assert config is not None
+        try:
+            verdict = await judging.agentic_judge(config, self._input.task, self._messages, handle, self._rollout_id)
+        except judging.JudgeFailed as exc:
+            raise _Stop(TerminationReason.REWARD_ERROR, str(exc)) from exc
+        return judging.combine(reward, verdict, config)
 
     async def _judged(self, reward: Reward) -> Reward:
         config = self._input.judge or JudgeConfig()
@@ -410,7 +423,8 @@ class RolloutWorkflow:
         asked = self._input.fuse_turns
         if asked is None:
             asked = handle.fused_turns and not (self._plan_2 and self._input.model.local_activity)
-        return handle.stateless and asked and not handle.env_turns and not handle.roles
+        held = self._input.agentic_judge is not None  # a fused reward frees the state the judge reads
+        return handle.stateless and asked and not handle.env_turns and not held and not handle.roles
 
     def _wants_env_turn(self) -> bool:
         """Whether the env answers a final answer (`RolloutHandle.env_turns`; handles recorded before

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -91,6 +91,8 @@ class RolloutEnv:
         limits: RolloutLimits,
         retry: RetrySettings,
         plan_2: bool = True,
+        node_queue: str | None = None,
+        hold: bool = False,
     ) -> None:
         self.env = env
         self.task = task
@@ -98,6 +100,10 @@ class RolloutEnv:
         self.limits = limits
         self.retry = retry
         self.plan_2 = plan_2
+        self.node_queue = node_queue
+        """Where the init must run (`RolloutInput.node_queue`); None: any node of the shared queue."""
+        self.hold = hold
+        """The state outlives the reward (an agentic judge inspects it): `release` frees it."""
         self.handle: RolloutHandle | None = None
         self.tool_calls = 0
         """Tool calls sent to the env (the budget counts these)."""
@@ -155,6 +161,7 @@ class RolloutEnv:
             handle = await execute(
                 EnvActivities.init_rollout,
                 InitRolloutInput(env=self.env, rollout_id=self.rollout_id, incarnation=incarnation, task=self.task),
+                **self._init_queue(),
                 # A task's setup (an image build) may take many minutes: its own time on top. The init
                 # heartbeats meanwhile, so a node lost mid-build is still noticed in seconds.
                 start_to_close_timeout=INIT_TIMEOUT + timedelta(seconds=self._task_seconds("setup_s") or 0),
@@ -175,6 +182,10 @@ class RolloutEnv:
         self.sandbox = self.sandbox or handle.sandbox
         self.env_package = self.env_package or handle.env_package
         return handle
+
+    def _init_queue(self) -> dict[str, Any]:
+        """A pinned rollout's init goes to its node's queue; others to any node of the shared queue."""
+        return {"task_queue": self.node_queue} if self.node_queue else {}
 
     async def release(self) -> None:
         """Free the rollout's state, if it holds any; a failure is logged (the node's reaper frees it)."""
@@ -286,7 +297,7 @@ class RolloutEnv:
 
     async def _reward(self, handle: RolloutHandle, messages: list[Message]) -> Reward:
         reward = await self._compute_reward(handle, messages)
-        if self.plan_2 and self.handle is handle:
+        if self.plan_2 and not self.hold and self.handle is handle:
             self.handle = None  # compute_reward released it
         return reward
 
@@ -295,14 +306,18 @@ class RolloutEnv:
             return await execute(
                 EnvActivities.compute_reward,
                 ComputeRewardInput(
-                    env=self.env, state_key=handle.state_key, messages=messages, task=self.task, release=self.plan_2
+                    env=self.env,
+                    state_key=handle.state_key,
+                    messages=messages,
+                    task=self.task,
+                    release=self.plan_2 and not self.hold,
                 ),
                 task_queue=handle.node_queue,
                 schedule_to_start_timeout=timedelta(seconds=self.retry.node_timeout_s),
                 start_to_close_timeout=max(REWARD_TIMEOUT, timedelta(seconds=self._task_seconds("reward_s") or 0)),
                 heartbeat_timeout=ENV_HEARTBEAT,
                 retry_policy=self.env_retry(),
-                summary=f"reward {self.env}" + (" + release" if self.plan_2 else ""),
+                summary=f"reward {self.env}" + (" + release" if self.plan_2 and not self.hold else ""),
             )
         except ActivityError as exc:
             if node_lost(exc):

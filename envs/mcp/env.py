@@ -51,6 +51,12 @@ DEFAULT_POOL_SIZE = 2
 """Server sets kept started per env instance unless `pool_size` says otherwise."""
 
 
+ROLLOUT_META = "gymflow/rollout_id"
+"""The `_meta` key of a shared server's call that names the rollout (`McpEnv.shared_servers`)."""
+WORKSPACE_META = "gymflow/workspace"
+"""The `_meta` key of a shared server's call that gives the rollout's workspace directory."""
+
+
 class McpEnv(BaseEnv):
     """An environment whose tools are MCP servers, isolated per rollout."""
 
@@ -66,6 +72,19 @@ class McpEnv(BaseEnv):
     """This env's own per-rollout disk quota, over the worker's default (`default_workspace_quota_mb`)."""
     runtime: ClassVar[RuntimeConfig | Mapping[str, Any] | None] = None
     """Where every rollout's servers run (gymflow.envs.runtime.config); None: local processes."""
+    shared_servers: ClassVar[bool] = False
+    """One set of servers per worker serves every rollout of this env, instead of a set per rollout:
+    for tools that keep no per-rollout state and are safe to call for many rollouts at once (a
+    calculator, a search index). Each rollout still gets its own workspace, and each call carries the
+    rollout's id and workspace in its MCP ``_meta`` (`ROLLOUT_META`, `WORKSPACE_META`). Stateless
+    envs only (enforced); servers on the host only (a sandbox runtime is refused). A shared server
+    that dies or hangs fails the calls in flight: their rollouts are recovered, and the next init
+    starts the set again."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.shared_servers and not cls.stateless:
+            raise TypeError(f"{cls.__name__}: shared_servers serve many rollouts at once: stateless envs only")
 
     def __init__(
         self,
@@ -121,6 +140,8 @@ class McpEnv(BaseEnv):
         self.pool = WarmPool(size=pool_size, start=self._factory.start, stop=self._factory.stop)
         self._rollouts: dict[str, ServerSet] = {}
         self._tool_cache: list[ToolSpec] | None = None
+        self._shared: ServerSet | None = None
+        self._shared_lock: asyncio.Lock | None = None
 
     @classmethod
     def resolve_runtime(cls) -> RuntimeConfig | None:
@@ -188,7 +209,10 @@ class McpEnv(BaseEnv):
             raise TypeError(f"{type(self).__name__}.init_rollout got unexpected arguments {sorted(rollout_args)}")
         if rollout_id in self._rollouts:  # a retried init: start over cleanly
             await self.release_rollout(rollout_id)
-        sset = await self.pool.acquire()
+        if self.shared_servers:
+            sset = await self._factory.attach(await self._shared_set())
+        else:
+            sset = await self.pool.acquire()
         self._rollouts[rollout_id] = sset
         try:
             for name, content in files.items():
@@ -205,6 +229,19 @@ class McpEnv(BaseEnv):
         if sset is not None:
             await self._factory.stop(sset)
 
+    async def _shared_set(self) -> ServerSet:
+        """The env's shared servers, started on first use and again after they died."""
+        if self.runtime_config is not None or any(c.runtime is not None for c in self.servers.values()):
+            raise ValueError(f"{type(self).__name__}: shared servers run on the host, not in a sandbox runtime")
+        self._shared_lock = self._shared_lock or asyncio.Lock()
+        async with self._shared_lock:
+            if self._shared is not None and not self._shared.alive:
+                dead, self._shared = self._shared, None
+                await self._factory.stop(dead)
+            if self._shared is None:
+                self._shared = await self._factory.start()
+            return self._shared
+
     async def warm(self, timeout_s: float = 60.0) -> None:
         """Fill the warm pool now (otherwise it fills after the first rollout starts)."""
         await self.pool.warm(timeout_s)
@@ -212,6 +249,9 @@ class McpEnv(BaseEnv):
     async def shutdown(self) -> None:
         await self.pool.close()
         await asyncio.gather(*(self.release_rollout(r) for r in list(self._rollouts)), return_exceptions=True)
+        if self._shared is not None:
+            shared, self._shared = self._shared, None
+            await self._factory.stop(shared)
         self._factory.ledger.close()
         node_fork_servers().stop(self._factory.fork_targets)  # none of its programs' processes outlive it
         if self._own_runtimes is not None:
@@ -227,6 +267,8 @@ class McpEnv(BaseEnv):
 
     # -- tools -------------------------------------------------------------------------------
     async def list_tools(self) -> list[ToolSpec]:
+        if self._tool_cache is None and self.shared_servers:
+            self._tool_cache = (await self._shared_set()).specs()
         if self._tool_cache is None:
             sset = await self.pool.acquire()
             self._tool_cache = sset.specs()
@@ -236,7 +278,8 @@ class McpEnv(BaseEnv):
     async def run_tool(self, rollout_id: str, tool_name: str, /, **tool_args: Any) -> ToolResult:
         """Call the tool; a call that leaves the workspace over its quota is an error observation."""
         sset = self._get(rollout_id)
-        result = await sset.call(tool_name, tool_args)
+        meta = {ROLLOUT_META: rollout_id, WORKSPACE_META: str(sset.workspace)} if sset.shared else None
+        result = await sset.call(tool_name, tool_args, meta)
         over = await asyncio.to_thread(ws.over_quota, sset.workspace, self.quota_mb)
         if over is None:
             return result

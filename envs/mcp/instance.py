@@ -44,6 +44,9 @@ class ServerSet:
     """The rollout's sandboxes: "" for the env's, a server's name for a server's own."""
     routes: dict[str, tuple[McpSession, str]] = field(default_factory=dict)
     """model-facing tool name -> (session, server-side tool name)"""
+    shared: bool = False
+    """The sessions belong to the env's shared set (`McpEnv.shared_servers`): this set owns only its
+    workspace, and stopping it leaves the servers running."""
 
     @property
     def alive(self) -> bool:
@@ -59,8 +62,8 @@ class ServerSet:
             for w in waits:
                 w.cancel()
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
-        """Call a tool by its model-facing name.
+    async def call(self, tool: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None) -> ToolResult:
+        """Call a tool by its model-facing name (`meta`: the request's ``_meta``, for shared servers).
 
         Raises:
             ToolError: No such tool (the model's mistake).
@@ -71,7 +74,7 @@ class ServerSet:
             known = ", ".join(sorted(self.routes)) or "none"
             raise ToolError(f"unknown tool {tool!r}; available tools: {known}")
         session, server_tool = route
-        return await session.call(server_tool, arguments)
+        return await session.call(server_tool, arguments, meta=meta)
 
     def specs(self) -> list[ToolSpec]:
         """The tools of this set under their model-facing names."""
@@ -157,6 +160,22 @@ class ServerSetFactory:
             raise
         return sset
 
+    async def attach(self, shared: ServerSet) -> ServerSet:
+        """A rollout's set on the env's shared servers: a fresh workspace (seeded, in the ledger) and
+        the shared sessions; stopping it removes only the workspace."""
+        entry = f"ws-{uuid.uuid4().hex[:12]}"
+        workspace = self.workspace_root / entry
+        self.ledger.record(entry, workspace=workspace)
+        workspace.mkdir(parents=True)
+        sset = ServerSet(entry=entry, workspace=workspace, sessions=shared.sessions, routes=shared.routes, shared=True)
+        if self.seed is not None:
+            try:
+                await seed_workspace(workspace, self.seed)
+            except BaseException:
+                await self.stop(sset)
+                raise
+        return sset
+
     def _isolated(self, config: McpServerConfig) -> bool:
         effective = config.runtime or self.runtime
         return effective is not None and effective.isolated
@@ -181,8 +200,10 @@ class ServerSetFactory:
             sset.sandboxes[key] = await runtimes.start(runtime, rollout_id=sset.entry, workspace=workspace)
 
     async def stop(self, sset: ServerSet) -> None:
-        """Stop the servers and sandboxes, delete the workspace and its logs, drop the ledger entry. Idempotent."""
-        await asyncio.gather(*(s.close() for s in sset.sessions.values()), return_exceptions=True)
+        """Stop the servers and sandboxes (not a shared set's: the env's), delete the workspace and its
+        logs, drop the ledger entry. Idempotent."""
+        if not sset.shared:
+            await asyncio.gather(*(s.close() for s in sset.sessions.values()), return_exceptions=True)
         sandboxes = list(sset.sandboxes.values())
         sset.sandboxes = {}
         await asyncio.gather(*(sandbox.release() for sandbox in sandboxes), return_exceptions=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx
@@ -218,7 +218,7 @@ class McpSession:
             for t in self.tools
         ]
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
+    async def call(self, tool: str, arguments: dict[str, Any], *, meta: dict[str, Any] | None = None) -> ToolResult:
         """Call a tool. Tool failures come back as is_error results; machinery failures raise InfraError."""
         if self.config.allowed_tools is not None and tool not in self.config.allowed_tools:
             raise ToolError(f"tool {tool!r} is not allowed on server {self.name!r}")
@@ -227,7 +227,9 @@ class McpSession:
         timeout = self.config.timeout_for(tool)
         try:
             with anyio.fail_after(timeout):
-                result = await self._client.call_tool(tool, arguments)
+                result = await self._client.call_tool(
+                    tool, arguments, meta=cast(mcp_types.RequestParamsMeta | None, meta)
+                )
         except TimeoutError:
             # A hung server may never answer again; kill it so the rollout is recovered on a
             # fresh one instead of every later call hanging too. The observation says the server
