@@ -19,12 +19,14 @@ import argparse
 import asyncio
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gymflow.envs.contract import BaseEnv, Message, Reward, Task, ToolCall, ToolResult, ToolSpec
+from gymflow.envs.mcp.env import McpEnv
 from gymflow.envs.policy import Policy
 from gymflow.envs.registry import register
 from gymflow.workers.servers.policy import build_app
@@ -85,6 +87,35 @@ class BenchEnv(BaseEnv):
 
 
 register(ENV_NAME, BenchEnv)
+
+SHARED_ENV_NAME = "bench-shared-mcp"
+STEP_SERVER = Path(__file__).with_name("step_server.py")
+
+
+class BenchSharedEnv(McpEnv):
+    """The same `step` tool from an MCP server, one process per worker for every rollout
+    (`shared_servers`): the env of the shared-mode density run (bench.shared_density)."""
+
+    name = SHARED_ENV_NAME
+    system_prompt = BenchEnv.system_prompt
+    stateless = True
+    shared_servers = True
+    fused_turns = True
+    # One start per worker: no fork server worth keeping.
+    mcp_servers = {"step": {"command": "python", "args": [str(STEP_SERVER)], "fork": False}}
+
+    async def init_rollout(self, rollout_id: str, **rollout_args: Any) -> None:
+        rollout_args.pop("tool_delay_s", None)  # the server answers at once
+        await super().init_rollout(rollout_id, **rollout_args)
+
+    async def compute_reward(
+        self, rollout_id: str, completion: list[Message], ground_truth: Any, **kwargs: Any
+    ) -> Reward:
+        answered = bool(completion) and f"<answer>{ground_truth}</answer>" in completion[-1].content
+        return Reward(total=float(answered))
+
+
+register(SHARED_ENV_NAME, BenchSharedEnv)
 
 
 class BenchPolicy(Policy):

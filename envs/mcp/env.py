@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -72,6 +73,16 @@ class McpEnv(BaseEnv):
     """This env's own per-rollout disk quota, over the worker's default (`default_workspace_quota_mb`)."""
     runtime: ClassVar[RuntimeConfig | Mapping[str, Any] | None] = None
     """Where every rollout's servers run (gymflow.envs.runtime.config); None: local processes."""
+    lazy_servers: ClassVar[bool] = False
+    """Start a rollout's servers at its first tool call instead of at its init (and keep no warm
+    pool): a rollout that never calls a tool never starts a process, and one waiting on its model
+    holds none yet. Host servers only."""
+    evict_idle_s: ClassVar[float | None] = None
+    """Stop a rollout's servers after this long without a call (servers start lazily then). The
+    rollout keeps its workspace and the record of its successful calls; its next call starts the
+    servers again and replays the calls, which must give their recorded results (else the call fails
+    as an infra error, never with another state). For envs whose servers' state is rebuilt by
+    replaying their calls on the kept workspace: stateless envs, or `replayable` ones (enforced)."""
     shared_servers: ClassVar[bool] = False
     """One set of servers per worker serves every rollout of this env, instead of a set per rollout:
     for tools that keep no per-rollout state and are safe to call for many rollouts at once (a
@@ -85,6 +96,8 @@ class McpEnv(BaseEnv):
         super().__init_subclass__(**kwargs)
         if cls.shared_servers and not cls.stateless:
             raise TypeError(f"{cls.__name__}: shared_servers serve many rollouts at once: stateless envs only")
+        if cls.evict_idle_s is not None and not (cls.stateless or cls.replayable):
+            raise TypeError(f"{cls.__name__}: evict_idle_s replays a rollout's calls: stateless or replayable envs")
 
     def __init__(
         self,
@@ -137,11 +150,13 @@ class McpEnv(BaseEnv):
             runtime=self.runtime_config,
             runtimes=self.node_runtimes,
         )
-        self.pool = WarmPool(size=pool_size, start=self._factory.start, stop=self._factory.stop)
+        lazy = self.lazy_servers or self.evict_idle_s is not None
+        self.pool = WarmPool(size=0 if lazy else pool_size, start=self._factory.start, stop=self._factory.stop)
         self._rollouts: dict[str, ServerSet] = {}
         self._tool_cache: list[ToolSpec] | None = None
         self._shared: ServerSet | None = None
         self._shared_lock: asyncio.Lock | None = None
+        self._evictor: asyncio.Task[None] | None = None
 
     @classmethod
     def resolve_runtime(cls) -> RuntimeConfig | None:
@@ -211,6 +226,9 @@ class McpEnv(BaseEnv):
             await self.release_rollout(rollout_id)
         if self.shared_servers:
             sset = await self._factory.attach(await self._shared_set())
+        elif self.lazy_servers or self.evict_idle_s is not None:
+            sset = await self._factory.start_lazy(record_calls=self.evict_idle_s is not None and not self.stateless)
+            self._watch_idle()
         else:
             sset = await self.pool.acquire()
         self._rollouts[rollout_id] = sset
@@ -221,7 +239,7 @@ class McpEnv(BaseEnv):
         except BaseException:
             await self.release_rollout(rollout_id)
             raise
-        if self._tool_cache is None:
+        if self._tool_cache is None and sset.restart is None:  # a lazy set has no tools to read yet
             self._tool_cache = sset.specs()
 
     async def release_rollout(self, rollout_id: str) -> None:
@@ -242,11 +260,27 @@ class McpEnv(BaseEnv):
                 self._shared = await self._factory.start()
             return self._shared
 
+    def _watch_idle(self) -> None:
+        """Start the task that evicts idle servers (`evict_idle_s`), once."""
+        if self.evict_idle_s is None or (self._evictor is not None and not self._evictor.done()):
+            return
+        self._evictor = asyncio.get_running_loop().create_task(self._evict_idle(self.evict_idle_s))
+
+    async def _evict_idle(self, idle_s: float) -> None:
+        while True:
+            await asyncio.sleep(min(max(idle_s / 2, 0.05), 5.0))
+            now = time.monotonic()
+            for sset in list(self._rollouts.values()):
+                if sset.restart is None and not sset.busy and now - sset.last_used >= idle_s:
+                    await self._factory.evict(sset)
+
     async def warm(self, timeout_s: float = 60.0) -> None:
         """Fill the warm pool now (otherwise it fills after the first rollout starts)."""
         await self.pool.warm(timeout_s)
 
     async def shutdown(self) -> None:
+        if self._evictor is not None:
+            self._evictor.cancel()
         await self.pool.close()
         await asyncio.gather(*(self.release_rollout(r) for r in list(self._rollouts)), return_exceptions=True)
         if self._shared is not None:
@@ -297,6 +331,7 @@ class McpEnv(BaseEnv):
         gymflow.envs.mcp.library_reward)."""
         if self.reward_fns:
             sset = self._get(rollout_id)
+            await sset.ensure_started()  # a lazy or evicted set: its servers, state replayed
             if not sset.alive:  # a reward that reads a dead server's state would score garbage
                 raise InfraError(next(s.describe_death() for s in sset.sessions.values() if not s.alive))
             return await score(

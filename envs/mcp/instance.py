@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,16 @@ class ServerSet:
     shared: bool = False
     """The sessions belong to the env's shared set (`McpEnv.shared_servers`): this set owns only its
     workspace, and stopping it leaves the servers running."""
+    restart: Callable[[ServerSet], Awaitable[None]] | None = None
+    """Set while the servers are not running (started lazily, or evicted when idle): what starts
+    them. The next call starts them, replays `calls` on them, then runs."""
+    calls: list[tuple[str, dict[str, Any], str]] | None = None
+    """The successful calls (tool, arguments, result text) in order, kept when the env evicts idle
+    servers: what rebuilds their state after an eviction."""
+    last_used: float = field(default_factory=time.monotonic)
+    busy: int = 0
+    """Calls in flight (a set is never evicted under one)."""
+    _starting: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def alive(self) -> bool:
@@ -62,19 +73,52 @@ class ServerSet:
             for w in waits:
                 w.cancel()
 
+    async def ensure_started(self) -> None:
+        """Start the servers of a lazy or evicted set and replay its recorded calls on them.
+
+        Raises:
+            InfraError: A server did not start, or a replayed call did not give its recorded result
+                (the servers' state could not be rebuilt: never go on with another state).
+        """
+        if self.restart is None:
+            return
+        async with self._starting:
+            if self.restart is None:
+                return
+            await self.restart(self)
+            self.restart = None
+            for index, (tool, arguments, text) in enumerate(self.calls or []):
+                session, server_tool = self.routes[tool]
+                result = await session.call(server_tool, arguments)
+                if result.is_error or result.text != text:
+                    raise InfraError(
+                        f"the servers were restarted after an idle eviction, and replaying call {index} ({tool}) "
+                        f"gave {result.text[:80]!r}, not {text[:80]!r}"
+                    )
+
     async def call(self, tool: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None) -> ToolResult:
-        """Call a tool by its model-facing name (`meta`: the request's ``_meta``, for shared servers).
+        """Call a tool by its model-facing name (`meta`: the request's ``_meta``, for shared servers);
+        a set whose servers are not running starts them first (`ensure_started`).
 
         Raises:
             ToolError: No such tool (the model's mistake).
-            InfraError: The server is gone.
+            InfraError: The server is gone, or could not be started again.
         """
-        route = self.routes.get(tool)
-        if route is None:
-            known = ", ".join(sorted(self.routes)) or "none"
-            raise ToolError(f"unknown tool {tool!r}; available tools: {known}")
-        session, server_tool = route
-        return await session.call(server_tool, arguments, meta=meta)
+        self.busy += 1
+        try:
+            await self.ensure_started()
+            route = self.routes.get(tool)
+            if route is None:
+                known = ", ".join(sorted(self.routes)) or "none"
+                raise ToolError(f"unknown tool {tool!r}; available tools: {known}")
+            session, server_tool = route
+            result = await session.call(server_tool, arguments, meta=meta)
+        finally:
+            self.busy -= 1
+            self.last_used = time.monotonic()
+        if self.calls is not None and not result.is_error:
+            self.calls.append((tool, dict(arguments), result.text))
+        return result
 
     def specs(self) -> list[ToolSpec]:
         """The tools of this set under their model-facing names."""
@@ -175,6 +219,58 @@ class ServerSetFactory:
                 await self.stop(sset)
                 raise
         return sset
+
+    async def start_lazy(self, *, record_calls: bool) -> ServerSet:
+        """A fresh, seeded workspace whose servers start at its first call (`ServerSet.ensure_started`);
+        `record_calls` keeps its calls for replay after an idle eviction (`evict`). Host servers only.
+
+        Raises:
+            ValueError: A server runs in a sandbox runtime.
+            InfraError: The seeding failed (the workspace is removed again).
+        """
+        if self.runtime is not None or any(c.runtime is not None for c in self.servers.values()):
+            raise ValueError("servers started lazily run on the host, not in a sandbox runtime")
+        entry = f"ws-{uuid.uuid4().hex[:12]}"
+        workspace = self.workspace_root / entry
+        self.ledger.record(entry, workspace=workspace)
+        workspace.mkdir(parents=True)
+        sset = ServerSet(entry=entry, workspace=workspace, restart=self._start_servers)
+        sset.calls = [] if record_calls else None
+        if self.seed is not None:
+            try:
+                await seed_workspace(workspace, self.seed)
+            except BaseException:
+                await self.stop(sset)
+                raise
+        return sset
+
+    async def _start_servers(self, sset: ServerSet) -> None:
+        """Start a lazy (or evicted) set's servers in its workspace, under a start slot."""
+        async with self.admission.slot("start"):
+            nice = self.admission.nice
+            sessions = [
+                McpSession(name, cfg, workspace=sset.workspace, parsers=self.parsers.get(name), nice=nice)
+                for name, cfg in self.servers.items()
+            ]
+            sset.sessions = {s.name: s for s in sessions}
+            results = await asyncio.gather(*(s.start() for s in sessions), return_exceptions=True)
+            self.ledger.record(sset.entry, workspace=sset.workspace, pids=[s.pid for s in sessions if s.pid])
+            try:
+                _raise_first(results)
+            except BaseException:
+                await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+                sset.sessions = {}
+                raise
+            self.fork_targets.update(t for s in sessions if (t := s.fork_target) is not None)
+            sset.routes = _route(sessions)
+
+    async def evict(self, sset: ServerSet) -> None:
+        """Stop an idle set's servers; its workspace and recorded calls stay, and its next call starts
+        them again and replays the calls (`ServerSet.ensure_started`)."""
+        sessions = list(sset.sessions.values())
+        sset.sessions, sset.routes, sset.restart = {}, {}, self._start_servers
+        await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+        self.ledger.record(sset.entry, workspace=sset.workspace)
 
     def _isolated(self, config: McpServerConfig) -> bool:
         effective = config.runtime or self.runtime
