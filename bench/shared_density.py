@@ -10,7 +10,7 @@ run stops at the first that does not).
 Figures: wall time, rollouts/s, rollout p50/p95 against the ideal; the worker's and the dev
 server's peak RSS over their idle RSS, per open rollout; the MCP server processes at the peak
 (one); CPU per rollout; the SQLite bytes per rollout. Writes bench/results/shared_density.json
-and bench/out/shared_density.png.
+and its plot beside it (.png).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from gymflow.workers.client import connect
 from gymflow.workers.sdk import client as sdk
 
 RESULTS = Path(__file__).parent / "results"
-OUT = Path(__file__).parent / "out"
 
 
 def servers_of(pid: int, marker: bytes = b"step_server.py") -> int:
@@ -208,8 +207,7 @@ def main() -> None:
     result = asyncio.run(measure(args))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    OUT.mkdir(parents=True, exist_ok=True)
-    plot(result, OUT / f"{args.out.stem}.png")
+    plot(result, args.out.with_suffix(".png"))  # the docs site shows bench/results/*.png
     summary = {k: v for k, v in result["run"].items() if k not in ("open_series", "memory")}
     print(json.dumps({**{k: v for k, v in result.items() if k != "run"}, "run": summary}, indent=1))
 
