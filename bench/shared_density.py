@@ -2,15 +2,16 @@
 
 Starts the dev server (SQLite file, as `gymflow server`), the benchmark policy endpoint and one
 gymflow worker process (activity slots and workflow cache above the run's size), then starts
-`--rollouts` rollouts of `bench-shared-mcp` at once: a stateless env whose `step` tool is an MCP
-server shared by every rollout of the worker (`McpEnv.shared_servers`), with `--model-s` model
-turns and `--tool-turns` tool turns, on fused turns. Every rollout must finish with reward 1 (the
-run stops at the first that does not).
+`--rollouts` rollouts of `bench-shared-mcp` (at most `--start-window` start calls in flight): a
+stateless env whose `step` tool is an MCP server shared by every rollout of the worker
+(`McpEnv.shared_servers`), with `--model-s` model turns and `--tool-turns` tool turns, on fused
+turns. It counts the open rollouts every 3 s, waits for all to close, then reads every result:
+each must have reward 1 (the others are listed under `failed`).
 
-Figures: wall time, rollouts/s, rollout p50/p95 against the ideal; the worker's and the dev
-server's peak RSS over their idle RSS, per open rollout; the MCP server processes at the peak
-(one); CPU per rollout; the SQLite bytes per rollout. Writes bench/results/shared_density.json
-and its plot beside it (.png).
+Figures: the peak of open rollouts, wall time, rollouts/s, rollout p50/p95 against the ideal; the
+worker's and the dev server's peak RSS over their idle RSS, per open rollout at the peak; the MCP
+server processes at the peak (one); CPU per rollout. Writes bench/results/shared_density.json and
+its plot beside it (.png).
 """
 
 from __future__ import annotations
