@@ -315,7 +315,7 @@ class ContainerRuntime(Runtime):
         guarantee = await self.disk_guarantee(spec.image)
         name = f"gymflow-{uuid.uuid4().hex[:12]}"
         disk = RolloutDisk(self.state_dir / name)
-        await disk.create(lower=lower if podman else None, size_mb=spec.limits.storage_mb)
+        await disk.create(lower=lower if podman else None, size_mb=spec.limits.storage_mb, owner=self.owner)
         workdir = spec.workdir or str(config.get("WorkingDir") or "") or "/"
         group = None
         try:

@@ -33,6 +33,18 @@ from gymflow.envs.errors import SandboxError
 _TOOL_TIMEOUT_S = 60.0
 
 
+OWNER_FILE = "owner"
+"""The file in a disk's directory naming the runtime that made it."""
+
+
+def disk_owner(path: Path) -> str | None:
+    """The owner written in the disk directory `path`, if any."""
+    try:
+        return (path / OWNER_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
 class RolloutDisk:
     """The directory `path`: `disk.img`, `disk/` (its mount: `upper/`, `work/`, `ws/`), `root/` (the overlay)."""
 
@@ -43,15 +55,19 @@ class RolloutDisk:
         self.root = path / "root"
         self.workspace = self.mountpoint / "ws"
 
-    async def create(self, *, lower: str | None, size_mb: int) -> None:
+    async def create(self, *, lower: str | None, size_mb: int, owner: str | None = None) -> None:
         """Make the capped filesystem and the overlay root over `lower` (an image's mounted root; None:
-        the capped filesystem and its workspace only).
+        the capped filesystem and its workspace only). `owner` (the runtime that makes it) is written
+        beside it first (`OWNER_FILE`), so a reaper can tell a dead owner's half-made disk from one
+        being made right now.
 
         Raises:
             SandboxError: A host tool failed (mkfs, mount); what was made is undone.
         """
         try:
             self.path.mkdir(parents=True, exist_ok=False)
+            if owner:
+                (self.path / OWNER_FILE).write_text(owner)
             self.mountpoint.mkdir()
             self.root.mkdir()
             with self.image.open("wb") as handle:

@@ -28,7 +28,7 @@ from gymflow.envs.errors import SandboxError
 from gymflow.envs.runtime import network as net
 from gymflow.envs.runtime import owners
 from gymflow.envs.runtime.container import ROLLOUT_FILE, START_TIMEOUT_S, ContainerRuntime
-from gymflow.envs.runtime.disk import RolloutDisk
+from gymflow.envs.runtime.disk import RolloutDisk, disk_owner
 from gymflow.envs.runtime.engine import LABEL_MARKER, LABEL_NODE, LABEL_OWNER, LABEL_ROLLOUT, LABEL_STATE, Engine
 
 
@@ -104,11 +104,8 @@ async def reap(
     # State directories with no container at all: a worker killed between making a disk and `run`.
     kept = {Path(c.state).name for c in await node_containers(engine, node_id)}
     node_dir = state_root / node_id
-    cutoff = time.time() - START_TIMEOUT_S  # younger ones may be a container being created right now
-    stray = [
-        p for p in (node_dir.glob("gymflow-*") if node_dir.is_dir() else [])
-        if p.is_dir() and p.name not in kept and p.stat().st_mtime < cutoff
-    ]  # fmt: skip
+    candidates = node_dir.glob("gymflow-*") if node_dir.is_dir() else []
+    stray = [p for p in candidates if p.name not in kept and _unclaimed(p, state_root)]
     await asyncio.gather(*(RolloutDisk(p).destroy() for p in stray))
     return [c.name for c in doomed]
 
@@ -157,10 +154,17 @@ async def _remove_networks(engine: Engine, names: list[str]) -> None:
 
 
 def _stray_disks(state_root: Path, kept: set[str]) -> list[Path]:
-    """Container state directories of the host that no container uses, older than a container's start
-    (a younger one may be a container being created right now)."""
-    cutoff = time.time() - START_TIMEOUT_S
-    return [
-        p for p in state_root.glob("*/gymflow-*")
-        if p.is_dir() and p.name not in kept and p.stat().st_mtime < cutoff
-    ]  # fmt: skip
+    """Container state directories of the host that no container uses and no one is making (`_unclaimed`)."""
+    return [p for p in state_root.glob("*/gymflow-*") if p.name not in kept and _unclaimed(p, state_root)]
+
+
+def _unclaimed(path: Path, state_root: Path) -> bool:
+    """Whether a disk directory no container uses may go: it is older than a container's start (a
+    younger one may be a container being made right now), or its owner (written in it) is dead, so
+    no one is making anything with it."""
+    if not path.is_dir():
+        return False
+    if path.stat().st_mtime < time.time() - START_TIMEOUT_S:
+        return True
+    owner = disk_owner(path)
+    return owner is not None and not owners.alive(state_root, owner)

@@ -79,6 +79,12 @@ def gymflow_networks(state_root: Path) -> list[str]:
     return found
 
 
+def leftovers(state_root: Path) -> list[str]:
+    """Containers, networks and container disks (mounted or not) of this test's runtime left on the host."""
+    disks = [str(p) for p in state_root.glob("*/gymflow-*") if p.is_dir()]
+    return gymflow_containers(state_root) + gymflow_networks(state_root) + disks
+
+
 async def finished(handle: WorkflowHandle[Any, BatchResult]) -> int:
     progress = await asyncio.wait_for(handle.query(BatchRolloutWorkflow.progress), 30)
     return int(progress["completed"])
@@ -131,10 +137,10 @@ async def test_harbor_batch_survives_a_kill_9_and_leaves_no_container(
         batch_s = time.monotonic() - started
         # The fleet stopped (gracefully) with the block: every container and network must be gone within 60 s.
         gone_by = time.monotonic() + 60
-        left = gymflow_containers(state_root) + gymflow_networks(state_root)
+        left = leftovers(state_root)
         while left and time.monotonic() < gone_by:
             await asyncio.sleep(1)  # polling the engine: it has no event to wait on
-            left = gymflow_containers(state_root) + gymflow_networks(state_root)
+            left = leftovers(state_root)
     assert left == [], left
 
     trajectories = await read_trajectories(result.parts)

@@ -9,10 +9,11 @@ import sys
 import uuid
 from pathlib import Path
 
-from container_support import STATE_ROOT, leftovers
+from container_support import STATE_ROOT, engine_or_skip, leftovers
 
 from gymflow.envs.runtime.base import Limits, RolloutSpec
 from gymflow.envs.runtime.container import ContainerRuntime
+from gymflow.envs.runtime.disk import RolloutDisk
 from gymflow.envs.runtime.reaper import reap_host
 
 DOOMED_WORKER = """
@@ -65,3 +66,25 @@ async def test_a_killed_workers_containers_are_reaped_a_live_siblings_kept(base_
         await sibling.close()
         await reap_host(sibling.engine, state_root=root)
         assert await leftovers(sibling.engine, dead_node) == await leftovers(sibling.engine, sibling.node_id) == []
+
+
+async def test_a_dead_owners_half_made_disk_goes_at_once_a_live_ones_stays(tmp_path: Path) -> None:
+    """A worker killed between making a container's disk and running the container leaves a young disk
+    with no container. Its owner is dead, so the next reaper takes it at once, not after a container's
+    start timeout; a disk a live runtime is making right now stays."""
+    root = STATE_ROOT / f"host-{uuid.uuid4().hex[:8]}"
+    node = f"test-{uuid.uuid4().hex[:8]}"
+    live = ContainerRuntime(node_id=node, state_root=root, engine=engine_or_skip())
+    try:
+        disks = {name: root / node / f"gymflow-{name}" for name in ("dead", "live", "unnamed")}
+        await RolloutDisk(disks["dead"]).create(lower=None, size_mb=16, owner="a-killed-worker")
+        await RolloutDisk(disks["live"]).create(lower=None, size_mb=16, owner=live.owner)
+        disks["unnamed"].mkdir()  # made before disks named their owner: kept until it is old
+        await reap_host(live.engine, state_root=root)
+        assert not disks["dead"].exists(), "unmounted and deleted"
+        assert disks["live"].exists() and disks["unnamed"].exists()
+    finally:
+        await live.close()
+        for path in (root / node).glob("gymflow-*"):
+            await RolloutDisk(path).destroy()
+    assert not any(p.is_mount() for p in (root / node).glob("gymflow-*/disk"))
