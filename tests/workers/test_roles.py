@@ -89,6 +89,7 @@ async def test_a_rollout_only_worker_registers_only_rollout_work_and_runs_a_roll
             "ResumeActivities.carry_over",
         }
         assert on_node.activities == {
+            "EnvActivities.init_rollout",  # a rollout pinned to this node (an agentic judge)
             "EnvActivities.call_tool",
             "EnvActivities.compute_reward",
             "EnvActivities.release_rollout",
