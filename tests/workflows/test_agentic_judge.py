@@ -87,6 +87,7 @@ async def test_a_claim_the_workspace_does_not_back_scores_zero(client: Client, w
     assert result.reward.components["judge/judge"] == 0.0, "no refund in the database: the judge is not fooled"
 
 
+@pytest.mark.heavy  # a third judged rollout
 async def test_a_judge_without_a_score_leaves_the_rollout_infra_failed(client: Client, worker: RunningWorker) -> None:
     result = await _judged(client, worker, ReferenceAgent(), Mumbler())
     assert result.infra_failed and result.reward is None and result.termination == TerminationReason.REWARD_ERROR

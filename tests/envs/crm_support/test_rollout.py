@@ -97,6 +97,7 @@ async def test_acting_on_another_customers_order_scores_zero(client: Client, wor
     ]
 
 
+@pytest.mark.heavy  # two more rollouts; the copies' isolation is also what every other test's exact state check needs
 async def test_each_rollout_writes_only_its_own_copy(client: Client, worker: RunningWorker) -> None:
     task = TASKS["cancel"]
     first = await play(client, worker, ReferenceAgent(), env="crm-support", task=task)
