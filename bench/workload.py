@@ -51,6 +51,11 @@ def endpoint(base: str, model_delay_s: float) -> str:
     return f"{base}/delay/{round(model_delay_s * 1000)}/v1"
 
 
+def counted(completion: list[Message], ground_truth: Any) -> Reward:
+    """1 when the last message answers the count of steps, else 0."""
+    return Reward(total=float(bool(completion) and f"<answer>{ground_truth}</answer>" in completion[-1].content))
+
+
 class BenchEnv(BaseEnv):
     """One in-process tool, `step`, answering after the rollout's `tool_delay_s` (no MCP process)."""
 
@@ -82,8 +87,7 @@ class BenchEnv(BaseEnv):
     async def compute_reward(
         self, rollout_id: str, completion: list[Message], ground_truth: Any, **kwargs: Any
     ) -> Reward:
-        answered = bool(completion) and f"<answer>{ground_truth}</answer>" in completion[-1].content
-        return Reward(total=float(answered))
+        return counted(completion, ground_truth)
 
 
 register(ENV_NAME, BenchEnv)
@@ -111,8 +115,7 @@ class BenchSharedEnv(McpEnv):
     async def compute_reward(
         self, rollout_id: str, completion: list[Message], ground_truth: Any, **kwargs: Any
     ) -> Reward:
-        answered = bool(completion) and f"<answer>{ground_truth}</answer>" in completion[-1].content
-        return Reward(total=float(answered))
+        return counted(completion, ground_truth)
 
 
 register(SHARED_ENV_NAME, BenchSharedEnv)

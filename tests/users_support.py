@@ -3,8 +3,13 @@ and the worker process tests/users_worker.py that the kill test runs)."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 from gymflow.envs.contract import BaseEnv, Message, Reward, Task, ToolResult, ToolSpec
@@ -96,3 +101,27 @@ def task(order: int) -> Task:
 
 
 # --8<-- [end:task]
+
+
+def start_users_worker(
+    *, address: str, queue: str, user_url: str, data_dir: Path, workspace_root: Path, log: Path
+) -> subprocess.Popen[bytes]:
+    """A worker process (tests/users_worker.py: the built-in envs and the refund desks) on a node of its
+    own, its user simulator at `user_url`, in a session of its own (what the kill tests kill)."""
+    env = {
+        **os.environ,
+        "GYMFLOW_TEMPORAL_ADDRESS": address,
+        "GYMFLOW_TASK_QUEUE": queue,
+        "GYMFLOW_NODE_ID": f"node-{uuid.uuid4().hex[:6]}",
+        "GYMFLOW_DATA_DIR": str(data_dir),
+        "GYMFLOW_WORKSPACE_ROOT": str(workspace_root),
+        "GYMFLOW_WORKER_ROLES": "rollout",
+        "GYMFLOW_USER_URL": user_url,
+    }
+    out = log.open("ab")
+    try:
+        return subprocess.Popen([sys.executable, str(Path(__file__).with_name("users_worker.py"))], env=env,
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)  # fmt: skip
+    finally:
+        out.close()

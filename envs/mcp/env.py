@@ -249,8 +249,7 @@ class McpEnv(BaseEnv):
 
     async def _shared_set(self) -> ServerSet:
         """The env's shared servers, started on first use and again after they died."""
-        if self.runtime_config is not None or any(c.runtime is not None for c in self.servers.values()):
-            raise ValueError(f"{type(self).__name__}: shared servers run on the host, not in a sandbox runtime")
+        self._factory.refuse_sandboxes(f"{type(self).__name__}: shared servers")
         self._shared_lock = self._shared_lock or asyncio.Lock()
         async with self._shared_lock:
             if self._shared is not None and not self._shared.alive:

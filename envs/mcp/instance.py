@@ -207,18 +207,7 @@ class ServerSetFactory:
     async def attach(self, shared: ServerSet) -> ServerSet:
         """A rollout's set on the env's shared servers: a fresh workspace (seeded, in the ledger) and
         the shared sessions; stopping it removes only the workspace."""
-        entry = f"ws-{uuid.uuid4().hex[:12]}"
-        workspace = self.workspace_root / entry
-        self.ledger.record(entry, workspace=workspace)
-        workspace.mkdir(parents=True)
-        sset = ServerSet(entry=entry, workspace=workspace, sessions=shared.sessions, routes=shared.routes, shared=True)
-        if self.seed is not None:
-            try:
-                await seed_workspace(workspace, self.seed)
-            except BaseException:
-                await self.stop(sset)
-                raise
-        return sset
+        return await self._seeded_set(sessions=shared.sessions, routes=shared.routes, shared=True)
 
     async def start_lazy(self, *, record_calls: bool) -> ServerSet:
         """A fresh, seeded workspace whose servers start at its first call (`ServerSet.ensure_started`);
@@ -228,14 +217,21 @@ class ServerSetFactory:
             ValueError: A server runs in a sandbox runtime.
             InfraError: The seeding failed (the workspace is removed again).
         """
+        self.refuse_sandboxes("servers started lazily")
+        return await self._seeded_set(restart=self._start_servers, calls=[] if record_calls else None)
+
+    def refuse_sandboxes(self, what: str) -> None:
+        """Raise ValueError when a server runs in a sandbox runtime (`what` runs servers on the host only)."""
         if self.runtime is not None or any(c.runtime is not None for c in self.servers.values()):
-            raise ValueError("servers started lazily run on the host, not in a sandbox runtime")
+            raise ValueError(f"{what} run on the host, not in a sandbox runtime")
+
+    async def _seeded_set(self, **fields: Any) -> ServerSet:
+        """A set with a fresh workspace (in the ledger, seeded) and no servers of its own started."""
         entry = f"ws-{uuid.uuid4().hex[:12]}"
         workspace = self.workspace_root / entry
         self.ledger.record(entry, workspace=workspace)
         workspace.mkdir(parents=True)
-        sset = ServerSet(entry=entry, workspace=workspace, restart=self._start_servers)
-        sset.calls = [] if record_calls else None
+        sset = ServerSet(entry=entry, workspace=workspace, **fields)
         if self.seed is not None:
             try:
                 await seed_workspace(workspace, self.seed)

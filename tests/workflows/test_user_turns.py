@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
-from users_support import Agent, Guesser, RefundDesk, customer, task
+from users_support import Agent, Guesser, RefundDesk, customer, start_users_worker, task
 
 from gymflow.activities.model import ModelConfig
 from gymflow.activities.schema import RetrySettings, RolloutInput
@@ -128,22 +127,10 @@ def test_the_user_model_sees_its_instruction_and_its_own_lines() -> None:
 
 def start_worker(tmp_path: Path, address: str, queue: str, user_url: str) -> subprocess.Popen[bytes]:
     """A worker process with the refund desk registered (tests/users_worker.py), on its own node."""
-    env = {
-        **os.environ,
-        "GYMFLOW_TEMPORAL_ADDRESS": address,
-        "GYMFLOW_TASK_QUEUE": queue,
-        "GYMFLOW_NODE_ID": f"node-{uuid.uuid4().hex[:6]}",
-        "GYMFLOW_DATA_DIR": str(tmp_path / "worker"),
-        "GYMFLOW_WORKSPACE_ROOT": str(tmp_path / "workspaces"),
-        "GYMFLOW_WORKER_ROLES": "rollout",
-        "GYMFLOW_USER_URL": user_url,
-    }
-    log = (tmp_path / "worker.log").open("ab")
-    try:
-        return subprocess.Popen([sys.executable, str(TESTS / "users_worker.py")], env=env, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-    finally:
-        log.close()
+    return start_users_worker(
+        address=address, queue=queue, user_url=user_url, data_dir=tmp_path / "worker",
+        workspace_root=tmp_path / "workspaces", log=tmp_path / "worker.log",
+    )  # fmt: skip
 
 
 @pytest.mark.heavy

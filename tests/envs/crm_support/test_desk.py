@@ -12,6 +12,7 @@ import pytest
 from mcp import Client
 
 from gymflow.envs.builtin.crm_support import server, store
+from gymflow.envs.builtin.crm_support.env import CrmSupportEnv
 from gymflow.envs.builtin.crm_support.policy import CustomerPolicy
 from gymflow.envs.builtin.crm_support.rewards import support_reward
 from gymflow.envs.builtin.crm_support.rules import violations
@@ -139,3 +140,14 @@ def test_the_customer_policy_answers_the_user_simulators_prompt() -> None:
 def test_too_many_tasks_for_one_database_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="too few orders for 100000 support tasks"):
         generate_tasks(100_000, seed=0)
+
+
+@pytest.mark.parametrize("seed", [-1, "0", True])
+async def test_a_bad_db_seed_is_refused_before_anything_starts(tmp_path: Path, seed: object) -> None:
+    env = CrmSupportEnv(workspace_root=tmp_path)
+    try:
+        with pytest.raises(ValueError, match="'db_seed' must be a non-negative integer"):
+            await env.init_rollout("r", db_seed=seed, user="You are Ann.")
+        assert env.live_rollouts() == [] and not list(tmp_path.glob("ws-*")), "no rollout, no workspace left"
+    finally:
+        await env.shutdown()

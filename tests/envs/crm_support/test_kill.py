@@ -8,7 +8,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from temporalio.client import Client
+from users_support import start_users_worker
 
 from gymflow.activities.model import ModelConfig
 from gymflow.activities.schema import RetrySettings, RolloutInput
@@ -49,22 +49,10 @@ def gated_customer(calls: list[int], gate: asyncio.Event) -> Starlette:
 
 
 def start_worker(tmp_path: Path, address: str, queue: str, user_url: str, name: str) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "GYMFLOW_TEMPORAL_ADDRESS": address,
-        "GYMFLOW_TASK_QUEUE": queue,
-        "GYMFLOW_NODE_ID": f"node-{uuid.uuid4().hex[:6]}",
-        "GYMFLOW_DATA_DIR": str(tmp_path / name),
-        "GYMFLOW_WORKSPACE_ROOT": str(tmp_path / f"{name}-workspaces"),
-        "GYMFLOW_WORKER_ROLES": "rollout",
-        "GYMFLOW_USER_URL": user_url,
-    }
-    log = (tmp_path / f"{name}.log").open("ab")
-    try:
-        return subprocess.Popen([sys.executable, str(TESTS / "users_worker.py")], env=env, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-    finally:
-        log.close()
+    return start_users_worker(
+        address=address, queue=queue, user_url=user_url, data_dir=tmp_path / name,
+        workspace_root=tmp_path / f"{name}-workspaces", log=tmp_path / f"{name}.log",
+    )  # fmt: skip
 
 
 @pytest.mark.heavy
