@@ -16,7 +16,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ChildWorkflowError
+from temporalio.exceptions import ChildWorkflowError, is_cancelled_exception
 from temporalio.workflow import ChildWorkflowCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -144,6 +144,8 @@ async def agentic_judge(
             static_summary=f"agentic judge ({config.env}) of {task.id}",
         )
     except ChildWorkflowError as exc:
+        if is_cancelled_exception(exc):  # the rollout was cancelled, and its judge with it: not a judge failure
+            raise asyncio.CancelledError() from exc
         raise JudgeFailed(f"the agentic judge failed: {exc.cause or exc}") from exc
     if result.infra_failed or result.reward is None:
         raise JudgeFailed(f"the agentic judge ended {result.termination.value}: {result.error or 'no score'}")

@@ -4,23 +4,31 @@ believing its transcript."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from mcp_support import wait_until
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
 from gymflow.activities.model import ModelConfig
-from gymflow.activities.schema import AgenticJudgeConfig, RolloutResult
+from gymflow.activities.names import SA_STATUS
+from gymflow.activities.schema import AgenticJudgeConfig, RolloutInput, RolloutResult
 from gymflow.envs.builtin.crm_support.policy import ReferenceAgent
 from gymflow.envs.builtin.crm_support.tasks import generate_tasks
 from gymflow.envs.builtin.workspace_judge.env import WorkspaceJudgeEnv, snapshot
 from gymflow.envs.contract import Message, TerminationReason, ToolCall, ToolSpec
 from gymflow.envs.policy import Policy
 from gymflow.envs.rewards.agentic import score_of
-from gymflow.workers.servers.policy import PolicyServer
+from gymflow.workers.sdk.client import start_rollout
+from gymflow.workers.servers.policy import AppServer, PolicyServer
 from gymflow.workers.worker import RunningWorker
 from support import ScriptedPolicy, play
 
@@ -129,3 +137,45 @@ def test_the_score_is_read_strictly() -> None:
     for bad in ("no score", "<score>1.5</score>", "<score>high</score>"):
         with pytest.raises(ValueError):
             score_of(bad)
+
+
+def held_judge(calls: list[int], gate: asyncio.Event) -> Starlette:
+    """A judge endpoint whose first call waits for `gate` (a judge turn in flight)."""
+
+    async def completions(request: Request) -> Response:
+        await request.body()
+        calls.append(1)
+        await gate.wait()
+        message = {"role": "assistant", "content": "<score>1</score>"}
+        return JSONResponse({"model": "judge", "choices": [{"index": 0, "message": message}]})
+
+    return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+
+
+async def test_a_rollout_cancelled_while_its_judge_runs_closes_cancelled_and_frees_both(
+    client: Client, worker: RunningWorker
+) -> None:
+    calls: list[int] = []
+    gate = asyncio.Event()
+    async with PolicyServer(ReferenceAgent()) as agent, AppServer(held_judge(calls, gate)) as judge:
+        config = AgenticJudgeConfig(model=ModelConfig(base_url=judge.url))
+        handle = await start_rollout(
+            client,
+            RolloutInput(env="crm-support", task=REFUND, model=ModelConfig(base_url=agent.url), agentic_judge=config),
+            task_queue=worker.task_queue,
+        )
+        await wait_until(lambda: len(calls) == 1, timeout_s=60, what="the judge's first turn in flight")
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        gate.set()
+    described = await handle.describe()
+    assert described.status == WorkflowExecutionStatus.CANCELED
+    assert described.typed_search_attributes.get(SA_STATUS) == "cancelled"
+    child = await client.get_workflow_handle(f"{handle.id}/judge").describe()
+    assert child.status == WorkflowExecutionStatus.CANCELED
+    judged, judging = worker.env.env("crm-support"), worker.env.env("workspace-judge")
+    await wait_until(
+        lambda: not judged.live_rollouts() and not judging.live_rollouts(),  # type: ignore[attr-defined]
+        what="both rollouts' servers and workspaces released",
+    )
